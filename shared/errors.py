@@ -1,0 +1,163 @@
+"""The reactq error hierarchy. Every error carries a stable ``code``.
+
+::
+
+    ReactqError                      code
+    ├── ConfigError                  config_error
+    ├── SchemaVersionError           schema_version
+    ├── InvalidTurnError             invalid_turn      (caller input; nothing enqueued)
+    │   ├── InvalidSessionIdError    invalid_session_id
+    │   ├── EmptyMessageError        empty_message
+    │   ├── MessageTooLargeError     message_too_large
+    │   ├── UnknownAgentError        unknown_agent
+    │   └── AgentMismatchError       agent_mismatch
+    ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
+    ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
+    ├── LLMError                     llm_error
+    │   ├── LLMConnectionError       llm_connection
+    │   ├── LLMRateLimitError        llm_rate_limited
+    │   ├── LLMServerError           llm_server_error
+    │   ├── LLMBadRequestError       llm_bad_request
+    │   ├── ContextLengthExceededError context_length_exceeded
+    │   └── LLMResponseError         llm_bad_response  (garbage, error envelope, no choices)
+    └── ToolError                    tool_error        (a tool signal the model reads; never
+                                                        escapes the loop)
+
+Errors cross process boundaries (a Celery worker re-creates exceptions from their
+args), so every constructor takes the message first and only optional keywords,
+and ``__reduce__`` keeps the keywords. No I/O or logging in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ReactqError(Exception):
+    """Root of every reactq error; ``code`` is stable and machine-readable."""
+
+    code: ClassVar[str] = "reactq_error"
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as JSON-able data: code, message and details."""
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+def _rebuild(cls: type[ReactqError], message: str, details: dict[str, Any]) -> ReactqError:
+    return cls(message, **details)
+
+
+class ConfigError(ReactqError):
+    """A setting or an agent definition is invalid."""
+
+    code = "config_error"
+
+
+class SchemaVersionError(ReactqError):
+    """A payload or a stored record has a schema version this code does not know."""
+
+    code = "schema_version"
+
+
+class InvalidTurnError(ReactqError):
+    """A turn was refused before anything was enqueued."""
+
+    code = "invalid_turn"
+
+
+class InvalidSessionIdError(InvalidTurnError):
+    """The session id is empty, too long, or has characters outside [A-Za-z0-9._:-]."""
+
+    code = "invalid_session_id"
+
+
+class EmptyMessageError(InvalidTurnError):
+    """The user message is empty or only whitespace."""
+
+    code = "empty_message"
+
+
+class MessageTooLargeError(InvalidTurnError):
+    """The user message is over the size limit (REACTQ_MAX_MESSAGE_BYTES)."""
+
+    code = "message_too_large"
+
+
+class UnknownAgentError(InvalidTurnError):
+    """No worker has registered the named agent."""
+
+    code = "unknown_agent"
+
+
+class AgentMismatchError(InvalidTurnError):
+    """The session belongs to another agent (a session keeps its first turn's agent)."""
+
+    code = "agent_mismatch"
+
+
+class TurnRejectedError(ReactqError):
+    """The multitask strategy refused the turn (the session was busy)."""
+
+    code = "turn_rejected"
+
+
+class StaleLeaseError(ReactqError):
+    """A write carried a fencing token older than the session's newest one."""
+
+    code = "stale_lease"
+
+
+class LLMError(ReactqError):
+    """The model endpoint failed; subclasses classify how."""
+
+    code = "llm_error"
+
+
+class LLMConnectionError(LLMError):
+    """The endpoint could not be reached or the connection dropped."""
+
+    code = "llm_connection"
+
+
+class LLMRateLimitError(LLMError):
+    """The endpoint answered 429."""
+
+    code = "llm_rate_limited"
+
+
+class LLMServerError(LLMError):
+    """The endpoint answered 5xx."""
+
+    code = "llm_server_error"
+
+
+class LLMBadRequestError(LLMError):
+    """The endpoint refused the request (4xx other than 429)."""
+
+    code = "llm_bad_request"
+
+
+class ContextLengthExceededError(LLMError):
+    """The conversation no longer fits the model's context window."""
+
+    code = "context_length_exceeded"
+
+
+class LLMResponseError(LLMError):
+    """The endpoint answered something that is not a usable completion."""
+
+    code = "llm_bad_response"
+
+
+class ToolError(ReactqError):
+    """Raised by a tool to report a failure the model should read."""
+
+    code = "tool_error"

@@ -1,0 +1,186 @@
+"""The typed event union: the wire contract between workers and subscribers.
+
+Every step of a turn is one event on the session's stream. Each event carries
+``id`` (the stream id the bus gave it; None before publishing), ``type``,
+``session_id``, ``turn_id``, ``attempt`` (1 for the first run of a turn, n+1 when
+a turn is re-run after a lost worker), ``seq`` (the position within one attempt;
+the producer's ``queued`` is 0) and ``ts`` (Unix time).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.errors import SchemaVersionError
+from shared.turns import TurnStatus
+
+EVENT_SCHEMA_VERSION = 1
+
+
+class BaseEvent(BaseModel):
+    """Fields every event has."""
+
+    model_config = ConfigDict(frozen=True)
+
+    v: int = EVENT_SCHEMA_VERSION
+    """Schema version of the payload."""
+    id: str | None = None
+    """The stream id the bus assigned (use it with ``after=`` to resume)."""
+    session_id: str
+    """The session the event belongs to."""
+    turn_id: str
+    """The turn the event belongs to."""
+    attempt: int = 1
+    """Which run of the turn produced it."""
+    seq: int = 0
+    """Position within the attempt."""
+    ts: float = Field(default_factory=time.time)
+    """Unix time the event was made."""
+
+
+class QueuedEvent(BaseEvent):
+    """The producer accepted the turn and put it on the session's queue."""
+
+    type: Literal["queued"] = "queued"
+    agent: str
+    """The agent that will run it."""
+    message: str
+    """The user's message."""
+
+
+class StartedEvent(BaseEvent):
+    """A worker took the turn and began (or began again) to run it."""
+
+    type: Literal["started"] = "started"
+    worker: str = ""
+    """Which worker runs it (host and pid)."""
+
+
+class ThoughtEvent(BaseEvent):
+    """Text the model produced alongside tool calls."""
+
+    type: Literal["thought"] = "thought"
+    text: str
+    """The model's words."""
+
+
+class DeltaEvent(BaseEvent):
+    """A coalesced piece of model output while it streams."""
+
+    type: Literal["delta"] = "delta"
+    text: str
+    """The new text since the previous delta."""
+
+
+class ActionEvent(BaseEvent):
+    """The model called a tool."""
+
+    type: Literal["action"] = "action"
+    tool: str
+    """The tool's name."""
+    args: Any = None
+    """The decoded arguments (the raw text when they were not valid JSON)."""
+    call_id: str = ""
+    """The provider's call id."""
+
+
+class ObservationEvent(BaseEvent):
+    """A tool returned; its result goes back to the model."""
+
+    type: Literal["observation"] = "observation"
+    tool: str
+    """The tool's name."""
+    call_id: str = ""
+    """The call it answers."""
+    output: str
+    """The result as the model reads it."""
+
+
+class ToolFailedEvent(BaseEvent):
+    """A tool call failed; the error goes back to the model and the run goes on."""
+
+    type: Literal["tool_failed"] = "tool_failed"
+    tool: str
+    """The tool's name (as the model spelled it)."""
+    call_id: str = ""
+    """The call it answers."""
+    error: str
+    """What the model reads."""
+    code: str = "tool_error"
+    """Why: tool_error, unknown_tool, invalid_arguments, timeout."""
+
+
+class UsageEvent(BaseEvent):
+    """Token usage of one model call."""
+
+    type: Literal["usage"] = "usage"
+    prompt_tokens: int = 0
+    """Tokens sent."""
+    completion_tokens: int = 0
+    """Tokens generated."""
+    total_tokens: int = 0
+    """Their sum."""
+
+
+class ErrorEvent(BaseEvent):
+    """Something went wrong; a ``final`` follows."""
+
+    type: Literal["error"] = "error"
+    code: str
+    """The stable error code (see shared/errors.py)."""
+    message: str
+    """A human-readable explanation."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Details that help tell what happened."""
+
+
+class FinalEvent(BaseEvent):
+    """The turn ended; exactly one per turn."""
+
+    type: Literal["final"] = "final"
+    text: str
+    """The answer the user sees (a fallback message when the run failed)."""
+    status: TurnStatus
+    """How it ended."""
+    usage: dict[str, int] = Field(default_factory=dict)
+    """Cumulative token usage of the turn."""
+
+
+Event = Annotated[
+    QueuedEvent
+    | StartedEvent
+    | ThoughtEvent
+    | DeltaEvent
+    | ActionEvent
+    | ObservationEvent
+    | ToolFailedEvent
+    | UsageEvent
+    | ErrorEvent
+    | FinalEvent,
+    Field(discriminator="type"),
+]
+"""Any event; ``type`` tells which."""
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(raw: str | bytes | dict[str, Any], event_id: str | None = None) -> Event:
+    """Parse one event from JSON (or a dict), refusing an unknown schema version."""
+    data = json.loads(raw) if isinstance(raw, str | bytes) else dict(raw)
+    if data.get("v", EVENT_SCHEMA_VERSION) != EVENT_SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"event has schema version {data.get('v')!r}; "
+            f"this reactq reads version {EVENT_SCHEMA_VERSION}"
+        )
+    if event_id is not None:
+        data["id"] = event_id
+    return EVENT_ADAPTER.validate_python(data)
+
+
+def dump_event(event: BaseEvent) -> str:
+    """The event as compact JSON (the form on the stream and the channel)."""
+    return event.model_dump_json()

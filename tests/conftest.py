@@ -1,0 +1,142 @@
+"""Real services for the suite.
+
+Redis: ``REACTQ_TEST_REDIS_URL`` (or ``REACTQ_REDIS_URL``), else 127.0.0.1:6379;
+when none answers and ``redis-server`` is installed, a private one is started on
+a free port. PostgreSQL: ``REACTQ_TEST_POSTGRES_URL`` (default
+``postgresql+asyncpg://postgres@127.0.0.1:5432/test``); each run creates a fresh
+database and drops it afterwards. A service that cannot be had skips its tests
+with a reason, or fails them when ``REACTQ_REQUIRE_SERVICES=1`` (as in CI).
+Every run uses its own Redis key namespace and deletes its keys at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_sync
+
+REQUIRE = os.environ.get("REACTQ_REQUIRE_SERVICES") == "1"
+
+
+def unavailable(reason: str) -> None:
+    """Skip (or fail, when services are required) with a reason that says how to fix it."""
+    if REQUIRE:
+        pytest.fail(f"required service unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redis_answers(url: str) -> bool:
+    try:
+        client = redis_sync.Redis.from_url(url, socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except redis_sync.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server URL that answers."""
+    url = (
+        os.environ.get("REACTQ_TEST_REDIS_URL")
+        or os.environ.get("REACTQ_REDIS_URL")
+        or "redis://127.0.0.1:6379/0"
+    )
+    if _redis_answers(url):
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        unavailable(
+            f"no Redis answers at {url} and redis-server is not installed: "
+            "start Redis or set REACTQ_TEST_REDIS_URL"
+        )
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="reactq-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while not _redis_answers(url):
+        if time.monotonic() > deadline:
+            proc.kill()
+            unavailable("a private redis-server did not start within 10 s")
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def namespace(redis_url: str) -> Iterator[str]:
+    """A Redis key namespace of this test run; its keys are deleted at the end."""
+    ns = f"rqt{uuid.uuid4().hex[:10]}"
+    yield ns
+    client = redis_sync.Redis.from_url(redis_url)
+    try:
+        for pattern in (f"{ns}:*", f"{ns}.*", f"_kombu.binding.{ns}.*", f"*{ns}.*"):
+            batch = list(client.scan_iter(match=pattern, count=1000))
+            if batch:
+                client.delete(*batch)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """An asyncpg URL of a fresh PostgreSQL database, dropped at the end of the run."""
+    base = os.environ.get(
+        "REACTQ_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+    )
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        unavailable("asyncpg is not installed: pip install 'reactq[postgres]'")
+    import asyncio
+
+    import asyncpg
+
+    plain = base.replace("postgresql+asyncpg://", "postgresql://")
+    dbname = f"reactq_test_{uuid.uuid4().hex[:10]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(plain, timeout=5)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(admin(f'CREATE DATABASE "{dbname}"'))
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        unavailable(
+            f"PostgreSQL at {plain} is unavailable ({exc.__class__.__name__}: {exc}): "
+            "start it or set REACTQ_TEST_POSTGRES_URL"
+        )
+    head, _, _ = base.rpartition("/")
+    try:
+        yield f"{head}/{dbname}"
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
