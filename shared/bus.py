@@ -3,15 +3,38 @@
 Two implementations: ``RedisEventBus`` (the pool) and ``MemoryEventBus`` (the
 embedded mode, one process). ``TurnEmitter`` stamps the common fields of a
 turn's events and numbers them.
+
+Both buses give every event a stream id shaped ``"<ms>-<n>"``; ids of one
+session only grow, so ``subscribe(after=id)`` resumes exactly after an event.
+Compare ids with ``stream_id_gt``, never as text.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import json
+import logging
+import re
 import time
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from shared.events import BaseEvent, Event
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from shared.errors import SchemaVersionError
+from shared.events import BaseEvent, Event, parse_event
+from shared.keys import Keys
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=BaseEvent)
 
@@ -32,7 +55,9 @@ class EventBus(Protocol):
         """
         ...
 
-    async def read(self, session_id: str, after: str = "0", count: int | None = None) -> list[Event]:
+    async def read(
+        self, session_id: str, after: str = "0", count: int | None = None
+    ) -> list[Event]:
         """The events stored after ``after`` (no waiting)."""
         ...
 
@@ -65,3 +90,402 @@ class TurnEmitter:
             **fields,
         )
         return await self.bus.publish(event)
+
+
+# --- stream ids ---------------------------------------------------------------
+
+_STREAM_ID_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_stream_id(stream_id: str) -> tuple[int, int]:
+    """A stream id (``"<ms>-<n>"``, ``"<ms>"`` or ``"0"``) as a comparable tuple."""
+    match = _STREAM_ID_RE.match(stream_id)
+    if match is None:
+        raise ValueError(f"not a stream id: {stream_id!r} (expected '<ms>-<n>', '<ms>' or '0')")
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def stream_id_gt(a: str, b: str) -> bool:
+    """True if stream id ``a`` comes strictly after ``b`` (compared as numbers, not text)."""
+    return parse_stream_id(a) > parse_stream_id(b)
+
+
+def _check_after(after: str | None) -> str | None:
+    """Validate a subscriber's ``after``; ``"$"`` means live only, like ``None``."""
+    if after is None or after == "$":
+        return None
+    parse_stream_id(after)
+    return after
+
+
+class Subscription(AsyncIterator[Event]):
+    """The events of one session, as an async iterator; what ``subscribe`` returns.
+
+    Iterating starts it. ``await sub.start()`` fixes the starting point early: a
+    live-only subscriber that must not miss an event it is about to cause (submit a
+    turn, then watch) calls it first. ``aclose()`` ends the iteration; so does
+    leaving ``async with``.
+    """
+
+    async def start(self) -> str:
+        """Fix where the subscription starts; return the id it reads after."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Stop; the iterator then ends."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# --- Redis --------------------------------------------------------------------
+
+# One round trip: append (capped), refresh the TTL, and publish the same payload
+# with its id spliced in (ARGV[2] is a JSON object without "id", so it starts
+# with "{" and has at least one field).
+_PUBLISH_LUA = """
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', KEYS[2], '{"id":"' .. id .. '",' .. string.sub(ARGV[2], 2))
+return id
+"""
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        raise ValueError("Redis returned no stream id")
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _stream_entries(response: Any) -> list[tuple[Any, Any]]:
+    """The entries of a one-stream XREAD reply, in RESP2 (list) or RESP3 (dict) shape."""
+    if not response:
+        return []
+    if isinstance(response, dict):
+        return [entry for entries in response.values() for entry in _unwrap(entries)]
+    return [entry for _key, entries in response for entry in entries]
+
+
+def _unwrap(entries: Any) -> list[tuple[Any, Any]]:
+    # RESP3 replies may nest the entry list one level deeper.
+    if entries and isinstance(entries[0], list) and entries[0] and isinstance(entries[0][0], list):
+        return list(entries[0])
+    return list(entries)
+
+
+def _payload(event: BaseEvent) -> str:
+    """The event as JSON without its id; text with lone surrogates (a model can emit
+    them) is escaped the way ``json`` does, since UTF-8 cannot carry it."""
+    try:
+        return event.model_dump_json(exclude={"id"})
+    except PydanticSerializationError:
+        return json.dumps(event.model_dump(mode="json", exclude={"id"}), separators=(",", ":"))
+
+
+def _decode_entry(session_id: str, entry_id: str, fields: Any) -> Event | None:
+    """Parse one stream entry; log and drop one that cannot be read (never raise)."""
+    raw = None
+    if isinstance(fields, dict):
+        raw = fields.get(b"e", fields.get("e"))
+    try:
+        if raw is None:
+            raise ValueError("entry has no 'e' field")
+        return parse_event(raw, event_id=entry_id)
+    except (SchemaVersionError, ValidationError, ValueError, TypeError) as exc:
+        logger.warning(
+            "skipping unreadable event %s of session %s: %s: %s",
+            entry_id,
+            session_id,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
+class RedisEventBus:
+    """Events on a capped Redis stream per session, mirrored on a pub/sub channel.
+
+    Subscribers read the stream (XREAD BLOCK from the last id seen), so replay and
+    live are one loop with no seam. Each blocking read holds one connection of the
+    client's pool for up to ``block_ms``: size the pool for the subscribers.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        maxlen: int = 10_000,
+        ttl_seconds: int = 3600,
+        *,
+        block_ms: int = 1000,
+        batch: int = 500,
+        owns_client: bool = False,
+    ) -> None:
+        if maxlen < 1 or ttl_seconds < 1 or block_ms < 1 or batch < 1:
+            raise ValueError("maxlen, ttl_seconds, block_ms and batch must each be at least 1")
+        # A blocking read must return before the socket times out; redis-py's
+        # connections default to 5 s when the pool was not given a timeout.
+        timeout = redis.connection_pool.connection_kwargs.get("socket_timeout", 5.0)
+        if timeout is not None and timeout * 1000 <= block_ms:
+            raise ValueError(
+                f"block_ms={block_ms} is not below the client's socket_timeout={timeout}s: "
+                "lower block_ms or raise socket_timeout"
+            )
+        self.redis = redis
+        self.keys = keys
+        self.maxlen = maxlen
+        self.ttl_seconds = ttl_seconds
+        self.block_ms = block_ms
+        self.batch = batch
+        self._owns_client = owns_client
+        self._closed = False
+        self._publish = redis.register_script(_PUBLISH_LUA)
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str = "reactq", **kwargs: Any) -> RedisEventBus:
+        """A bus with its own client (closed by ``close``); kwargs go to the constructor."""
+        from redis.asyncio import Redis
+
+        return cls(Redis.from_url(url), Keys(namespace), owns_client=True, **kwargs)
+
+    async def publish(self, event: E) -> E:
+        """Append the event to its session's stream; return it with its stream ``id``."""
+        payload = _payload(event)
+        raw_id = await self._publish(
+            keys=[self.keys.events(event.session_id), self.keys.channel(event.session_id)],
+            args=[self.maxlen, payload, self.ttl_seconds],
+        )
+        return event.model_copy(update={"id": _text(raw_id)})
+
+    def subscribe(self, session_id: str, after: str | None = None) -> Subscription:
+        """Events of a session: after ``after`` (an event id; "0" for all) then live."""
+        return _RedisSubscription(self, session_id, _check_after(after))
+
+    async def read(
+        self, session_id: str, after: str = "0", count: int | None = None
+    ) -> list[Event]:
+        """The events stored after ``after`` (no waiting), oldest first."""
+        parse_stream_id(after)
+        response = await self.redis.xread({self.keys.events(session_id): after}, count=count)
+        events = []
+        for raw_id, fields in _stream_entries(response):
+            event = _decode_entry(session_id, _text(raw_id), fields)
+            if event is not None:
+                events.append(event)
+        return events
+
+    async def last_id(self, session_id: str) -> str:
+        """The id of the session's newest stored event, or "0-0" if it has none."""
+        newest = await self.redis.xrevrange(self.keys.events(session_id), "+", "-", count=1)
+        return _text(newest[0][0]) if newest else "0-0"
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` was called."""
+        return self._closed
+
+    async def close(self) -> None:
+        """Stop subscriptions (within ``block_ms``) and close the client if the bus owns it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self.redis.aclose()
+
+
+class _RedisSubscription(Subscription):
+    """XREAD BLOCK in a loop from the last id seen; retries a dropped connection."""
+
+    max_failures = 5
+
+    def __init__(self, bus: RedisEventBus, session_id: str, after: str | None) -> None:
+        self._bus = bus
+        self._session_id = session_id
+        self._key = bus.keys.events(session_id)
+        self._cursor = after
+        self._ready: deque[Event] = deque()
+        self._closed = False
+
+    async def start(self) -> str:
+        if self._cursor is None:
+            # Live only: pin the newest id now, so that nothing published from here
+            # on is missed between two blocking reads (what a bare "$" would do).
+            self._cursor = await self._bus.last_id(self._session_id)
+        return self._cursor
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._ready.clear()
+
+    async def __anext__(self) -> Event:
+        failures = 0
+        while not self._ready:
+            if self._closed or self._bus.closed:
+                raise StopAsyncIteration
+            cursor = await self.start()
+            try:
+                response = await self._bus.redis.xread(
+                    {self._key: cursor}, count=self._bus.batch, block=self._bus.block_ms
+                )
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                if self._closed or self._bus.closed:
+                    raise StopAsyncIteration from None
+                failures += 1
+                if failures > self.max_failures:
+                    raise
+                logger.warning("event subscription to %s: %s; retrying", self._session_id, exc)
+                await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+                continue
+            failures = 0
+            for raw_id, fields in _stream_entries(response):
+                self._cursor = _text(raw_id)
+                event = _decode_entry(self._session_id, self._cursor, fields)
+                if event is not None:
+                    self._ready.append(event)
+        return self._ready.popleft()
+
+
+# --- memory -------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _MemoryStream:
+    entries: list[tuple[tuple[int, int], Event]] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    subscribers: int = 0
+    touched: float = 0.0
+
+
+class MemoryEventBus:
+    """The in-process bus: a capped list per session and a condition to wake readers.
+
+    For one process and one event loop (the embedded mode and tests). A session's
+    events are dropped ``ttl_seconds`` after its last event unless someone is
+    subscribed, like the Redis stream's TTL.
+    """
+
+    def __init__(self, maxlen: int = 10_000, ttl_seconds: float | None = 3600) -> None:
+        if maxlen < 1:
+            raise ValueError("maxlen must be at least 1")
+        self.maxlen = maxlen
+        self.ttl_seconds = ttl_seconds
+        self._streams: OrderedDict[str, _MemoryStream] = OrderedDict()
+        self._last = (0, 0)
+        self._closed = False
+
+    def _next_id(self) -> tuple[int, int]:
+        # Like Redis: milliseconds, then a counter within one millisecond; never
+        # going back even if the clock does.
+        ms = max(int(time.time() * 1000), self._last[0])
+        self._last = (ms, self._last[1] + 1) if ms == self._last[0] else (ms, 0)
+        return self._last
+
+    def _stream(self, session_id: str) -> _MemoryStream:
+        stream = self._streams.get(session_id)
+        if stream is None:
+            stream = self._streams[session_id] = _MemoryStream(touched=time.monotonic())
+        return stream
+
+    def _evict_idle(self, now: float) -> None:
+        # Streams are kept in order of their last event, so idle ones are at the front.
+        if self.ttl_seconds is None:
+            return
+        for _ in range(len(self._streams)):
+            session_id, stream = next(iter(self._streams.items()))
+            if now - stream.touched < self.ttl_seconds:
+                return
+            if stream.subscribers:
+                # Someone is reading it: keep it, and look past it.
+                stream.touched = now
+                self._streams.move_to_end(session_id)
+            else:
+                del self._streams[session_id]
+
+    async def publish(self, event: E) -> E:
+        """Append the event to its session's list; return it with its ``id``."""
+        if self._closed:
+            raise RuntimeError("the event bus is closed")
+        key = self._next_id()
+        published = event.model_copy(update={"id": f"{key[0]}-{key[1]}"})
+        now = time.monotonic()
+        stream = self._stream(event.session_id)
+        stream.entries.append((key, published))  # type: ignore[arg-type]
+        if len(stream.entries) > self.maxlen:
+            del stream.entries[: len(stream.entries) - self.maxlen]
+        stream.touched = now
+        self._streams.move_to_end(event.session_id)
+        self._evict_idle(now)
+        async with stream.changed:
+            stream.changed.notify_all()
+        return published
+
+    def subscribe(self, session_id: str, after: str | None = None) -> Subscription:
+        """Events of a session: after ``after`` (an event id; "0" for all) then live."""
+        start = _check_after(after)
+        stream = self._stream(session_id)
+        if start is None:
+            cursor = stream.entries[-1][0] if stream.entries else self._last
+        else:
+            cursor = parse_stream_id(start)
+        return _MemorySubscription(self, session_id, cursor)
+
+    async def read(
+        self, session_id: str, after: str = "0", count: int | None = None
+    ) -> list[Event]:
+        """The events stored after ``after`` (no waiting), oldest first."""
+        stream = self._streams.get(session_id)
+        if stream is None:
+            return []
+        found = _after(stream, parse_stream_id(after))
+        return [event for _key, event in (found if count is None else found[:count])]
+
+    async def close(self) -> None:
+        """Wake every subscriber so that it ends; publishing afterwards fails."""
+        self._closed = True
+        for stream in list(self._streams.values()):
+            async with stream.changed:
+                stream.changed.notify_all()
+
+
+def _after(stream: _MemoryStream, cursor: tuple[int, int]) -> list[tuple[tuple[int, int], Event]]:
+    start = bisect.bisect_right(stream.entries, cursor, key=lambda entry: entry[0])
+    return stream.entries[start:]
+
+
+class _MemorySubscription(Subscription):
+    def __init__(self, bus: MemoryEventBus, session_id: str, cursor: tuple[int, int]) -> None:
+        self._bus = bus
+        self._session_id = session_id
+        self._cursor = cursor
+        self._ready: deque[Event] = deque()
+        self._closed = False
+        self._stream = bus._stream(session_id)
+        self._stream.subscribers += 1
+
+    async def start(self) -> str:
+        return f"{self._cursor[0]}-{self._cursor[1]}"
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._stream.subscribers -= 1
+            async with self._stream.changed:
+                self._stream.changed.notify_all()
+
+    async def __anext__(self) -> Event:
+        while not self._ready:
+            if self._closed or self._bus._closed:
+                await self.aclose()
+                raise StopAsyncIteration
+            async with self._stream.changed:
+                found = _after(self._stream, self._cursor)
+                if not found:
+                    await self._stream.changed.wait()
+                    continue
+            self._ready.extend(event for _key, event in found)
+            self._cursor = found[-1][0]
+        return self._ready.popleft()

@@ -13,15 +13,25 @@
     │   └── AgentMismatchError       agent_mismatch
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
+    ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
     ├── LLMError                     llm_error
     │   ├── LLMConnectionError       llm_connection
     │   ├── LLMRateLimitError        llm_rate_limited
     │   ├── LLMServerError           llm_server_error
     │   ├── LLMBadRequestError       llm_bad_request
     │   ├── ContextLengthExceededError context_length_exceeded
-    │   └── LLMResponseError         llm_bad_response  (garbage, error envelope, no choices)
+    │   ├── LLMResponseError         llm_bad_response  (garbage, error envelope, no choices)
+    │   │   ├── LLMUndecodableError  llm_undecodable   (a body that is not JSON)
+    │   │   ├── LLMErrorEnvelopeError llm_error_envelope (a 200 carrying {"error": ...})
+    │   │   └── LLMNoChoicesError    llm_no_choices    (a 200 with no choices)
+    │   └── LLMStreamCutError        llm_stream_cut    (the stream ended before it finished)
+    ├── AgentRunError                agent_run_error   (why a run stopped early)
+    │   ├── ParserError              parser_error      (JSON/PROSE output unparseable twice)
+    │   ├── EmptyResponseError       empty_response    (NATIVE: nothing, twice)
+    │   └── BudgetExceededError      budget_exceeded   (max_total_tokens / max_cost)
     └── ToolError                    tool_error        (a tool signal the model reads; never
-                                                        escapes the loop)
+        │                                               escapes the loop)
+        └── ToolDeniedError          tool_denied       (an intervention or the gate said no)
 
 Errors cross process boundaries (a Celery worker re-creates exceptions from their
 args), so every constructor takes the message first and only optional keywords,
@@ -115,6 +125,12 @@ class StaleLeaseError(ReactqError):
     code = "stale_lease"
 
 
+class SessionNotFoundError(ReactqError):
+    """The state store has no such session (``ensure_session`` creates one)."""
+
+    code = "session_not_found"
+
+
 class LLMError(ReactqError):
     """The model endpoint failed; subclasses classify how."""
 
@@ -157,7 +173,61 @@ class LLMResponseError(LLMError):
     code = "llm_bad_response"
 
 
+class LLMUndecodableError(LLMResponseError):
+    """The endpoint answered a body that is not JSON."""
+
+    code = "llm_undecodable"
+
+
+class LLMErrorEnvelopeError(LLMResponseError):
+    """The endpoint answered 200 with an ``{"error": ...}`` envelope instead of a completion."""
+
+    code = "llm_error_envelope"
+
+
+class LLMNoChoicesError(LLMResponseError):
+    """The endpoint answered 200 with a completion that has no choices."""
+
+    code = "llm_no_choices"
+
+
+class LLMStreamCutError(LLMConnectionError):
+    """A streamed answer stopped before its end (the connection dropped mid-way)."""
+
+    code = "llm_stream_cut"
+
+
+class AgentRunError(ReactqError):
+    """A run stopped before a final answer for a reason of its own (not the endpoint)."""
+
+    code = "agent_run_error"
+
+
+class ParserError(AgentRunError):
+    """The model's JSON/PROSE output could not be parsed, even after a retry."""
+
+    code = "parser_error"
+
+
+class EmptyResponseError(AgentRunError):
+    """NATIVE mode: the model answered nothing at all, even after a retry."""
+
+    code = "empty_response"
+
+
+class BudgetExceededError(AgentRunError):
+    """The run used more tokens or money than its budget allows."""
+
+    code = "budget_exceeded"
+
+
 class ToolError(ReactqError):
     """Raised by a tool to report a failure the model should read."""
 
     code = "tool_error"
+
+
+class ToolDeniedError(ToolError):
+    """A before_tool intervention or the approval gate refused the call."""
+
+    code = "tool_denied"

@@ -124,6 +124,12 @@ class UsageEvent(BaseEvent):
     """Tokens generated."""
     total_tokens: int = 0
     """Their sum."""
+    cost: float | None = None
+    """What the call cost, when the loop has a price table for the model."""
+    finish_reason: str | None = None
+    """Why the model stopped (stop, tool_calls, length, ...)."""
+    truncated: bool = False
+    """True when the generation was cut off by the token cap (finish_reason ``length``)."""
 
 
 class ErrorEvent(BaseEvent):
@@ -148,6 +154,8 @@ class FinalEvent(BaseEvent):
     """How it ended."""
     usage: dict[str, int] = Field(default_factory=dict)
     """Cumulative token usage of the turn."""
+    cost: float | None = None
+    """Cumulative cost of the turn, when a price table is configured."""
 
 
 Event = Annotated[

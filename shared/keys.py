@@ -65,6 +65,11 @@ class Keys:
         return f"{self.namespace}:agents"
 
     @property
+    def workers(self) -> str:
+        """A hash worker name -> JSON of its agents and last heartbeat time."""
+        return f"{self.namespace}:workers"
+
+    @property
     def control(self) -> str:
         """The control channel every worker process listens to (cancel notices)."""
         return f"{self.namespace}:control"

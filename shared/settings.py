@@ -16,53 +16,61 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from shared.errors import ConfigError
 
 
-def _env(name: str) -> dict[str, Any]:
-    return {"json_schema_extra": {"env": name}}
-
-
 class Settings(BaseModel):
     """reactq's configuration. Build it with ``Settings.from_env()``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    redis_url: str = Field("redis://localhost:6379/0", **_env("REACTQ_REDIS_URL"))
+    redis_url: str = Field(
+        "redis://localhost:6379/0", json_schema_extra={"env": "REACTQ_REDIS_URL"}
+    )
     """Redis for events, leases and session queues."""
-    broker_url: str | None = Field(None, **_env("REACTQ_BROKER_URL"))
+    broker_url: str | None = Field(None, json_schema_extra={"env": "REACTQ_BROKER_URL"})
     """Celery broker; defaults to the Redis URL."""
     database_url: str = Field(
-        "sqlite+aiosqlite:///.reactq/state.db", **_env("REACTQ_DATABASE_URL")
+        "sqlite+aiosqlite:///.reactq/state.db", json_schema_extra={"env": "REACTQ_DATABASE_URL"}
     )
     """The shared state store (SQLAlchemy async URL)."""
-    agents: list[str] = Field(default_factory=list, **_env("REACTQ_AGENTS"))
+    agents: list[str] = Field(default_factory=list, json_schema_extra={"env": "REACTQ_AGENTS"})
     """Agents a worker hosts, as module[:attr] (comma-separated in the env)."""
-    namespace: str = Field("reactq", pattern=r"^[A-Za-z0-9_-]{1,64}$", **_env("REACTQ_NAMESPACE"))
+    namespace: str = Field(
+        "reactq", pattern=r"^[A-Za-z0-9_-]{1,64}$", json_schema_extra={"env": "REACTQ_NAMESPACE"}
+    )
     """Prefix of every Redis key and Celery queue."""
-    model: str | None = Field(None, **_env("REACTQ_MODEL"))
+    model: str | None = Field(None, json_schema_extra={"env": "REACTQ_MODEL"})
     """Default model name when an agent gives none."""
-    openai_base_url: str | None = Field(None, **_env("OPENAI_BASE_URL"))
+    openai_base_url: str | None = Field(None, json_schema_extra={"env": "OPENAI_BASE_URL"})
     """The OpenAI-compatible endpoint."""
-    openai_api_key: SecretStr | None = Field(None, **_env("OPENAI_API_KEY"))
+    openai_api_key: SecretStr | None = Field(None, json_schema_extra={"env": "OPENAI_API_KEY"})
     """Its API key (never logged)."""
-    max_message_bytes: int = Field(64 * 1024, gt=0, **_env("REACTQ_MAX_MESSAGE_BYTES"))
+    max_message_bytes: int = Field(
+        64 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_MESSAGE_BYTES"}
+    )
     """Largest user message accepted by submit, in UTF-8 bytes."""
-    event_maxlen: int = Field(10_000, gt=0, **_env("REACTQ_EVENT_MAXLEN"))
+    event_maxlen: int = Field(10_000, gt=0, json_schema_extra={"env": "REACTQ_EVENT_MAXLEN"})
     """Events kept per session stream (approximate cap)."""
-    event_ttl_seconds: int = Field(3600, gt=0, **_env("REACTQ_EVENT_TTL_SECONDS"))
+    event_ttl_seconds: int = Field(
+        3600, gt=0, json_schema_extra={"env": "REACTQ_EVENT_TTL_SECONDS"}
+    )
     """A session's stream expires this long after its last event."""
-    lease_ttl_seconds: float = Field(30.0, gt=0, **_env("REACTQ_LEASE_TTL_SECONDS"))
+    lease_ttl_seconds: float = Field(
+        30.0, gt=0, json_schema_extra={"env": "REACTQ_LEASE_TTL_SECONDS"}
+    )
     """A session lease lives this long unless renewed."""
-    reaper_interval_seconds: float = Field(5.0, gt=0, **_env("REACTQ_REAPER_INTERVAL_SECONDS"))
+    reaper_interval_seconds: float = Field(
+        5.0, gt=0, json_schema_extra={"env": "REACTQ_REAPER_INTERVAL_SECONDS"}
+    )
     """How often each worker looks for expired leases."""
-    max_attempts: int = Field(3, ge=1, **_env("REACTQ_MAX_ATTEMPTS"))
+    max_attempts: int = Field(3, ge=1, json_schema_extra={"env": "REACTQ_MAX_ATTEMPTS"})
     """Runs of one turn before it ends with status error."""
     shutdown_grace_seconds: float = Field(
-        30.0, ge=0, **_env("REACTQ_SHUTDOWN_GRACE_SECONDS")
+        30.0, ge=0, json_schema_extra={"env": "REACTQ_SHUTDOWN_GRACE_SECONDS"}
     )
     """On SIGTERM, how long running turns may take to finish."""
-    concurrency: int = Field(100, ge=1, **_env("REACTQ_CONCURRENCY"))
+    concurrency: int = Field(100, ge=1, json_schema_extra={"env": "REACTQ_CONCURRENCY"})
     """Turns one worker process holds in flight."""
     session_meta_ttl_seconds: int = Field(
-        30 * 86400, gt=0, **_env("REACTQ_SESSION_META_TTL_SECONDS")
+        30 * 86400, gt=0, json_schema_extra={"env": "REACTQ_SESSION_META_TTL_SECONDS"}
     )
     """How long Redis remembers a session's agent after its last turn."""
 

@@ -84,7 +84,7 @@ class TurnRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    v: Literal[1] = TURN_SCHEMA_VERSION
+    v: Literal[1] = 1
     """Schema version of this payload."""
     turn_id: str = Field(default_factory=new_turn_id)
     """Unique id of the turn."""

@@ -96,7 +96,8 @@ def namespace(redis_url: str) -> Iterator[str]:
     yield ns
     client = redis_sync.Redis.from_url(redis_url)
     try:
-        for pattern in (f"{ns}:*", f"{ns}.*", f"_kombu.binding.{ns}.*", f"*{ns}.*"):
+        # Sub-namespaces (``<ns>-pg`` ...) and Celery's queues and bindings too.
+        for pattern in (f"{ns}*", f"_kombu.binding.{ns}*"):
             batch = list(client.scan_iter(match=pattern, count=1000))
             if batch:
                 client.delete(*batch)
@@ -111,7 +112,7 @@ def postgres_url() -> Iterator[str]:
         "REACTQ_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
     )
     try:
-        import asyncpg  # noqa: F401
+        import asyncpg
     except ImportError:
         unavailable("asyncpg is not installed: pip install 'reactq[postgres]'")
     import asyncio
@@ -130,7 +131,7 @@ def postgres_url() -> Iterator[str]:
 
     try:
         asyncio.run(admin(f'CREATE DATABASE "{dbname}"'))
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
         unavailable(
             f"PostgreSQL at {plain} is unavailable ({exc.__class__.__name__}: {exc}): "
             "start it or set REACTQ_TEST_POSTGRES_URL"

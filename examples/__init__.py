@@ -1,0 +1,1 @@
+"""Example agents: run a worker with ``--agents examples.weather:agent``."""

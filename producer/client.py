@@ -1,0 +1,224 @@
+"""Producer: submit turns, follow their events, read a session's history.
+
+The producer reaches workers only through the broker and Redis: it never
+imports ``worker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from celery import Celery
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from shared.bus import RedisEventBus
+from shared.errors import AgentMismatchError, TurnRejectedError, UnknownAgentError
+from shared.events import Event, FinalEvent, QueuedEvent
+from shared.keys import Keys
+from shared.messages import ChatMessage
+from shared.sessions import SessionQueue
+from shared.settings import Settings
+from shared.state import StateStore, open_store
+from shared.turns import (
+    MultitaskStrategy,
+    TurnRequest,
+    TurnStatus,
+    validate_message,
+    validate_session_id,
+)
+
+DRAIN_TASK = "reactq.drain"
+
+
+class TurnHandle:
+    """A submitted turn: its id, its events and its outcome."""
+
+    def __init__(self, producer: Producer, turn: TurnRequest, queued: QueuedEvent) -> None:
+        self.producer = producer
+        self.turn_id = turn.turn_id
+        self.session_id = turn.session_id
+        self.queued = queued
+        self._final: FinalEvent | None = None
+
+    async def events(self) -> AsyncIterator[Event]:
+        """This turn's events, from its ``queued`` event to its ``final``.
+
+        Replays from the stream, so it never misses an event however late it is
+        called.
+        """
+        yield self.queued
+        async for event in self.producer.subscribe(self.session_id, after=self.queued.id):
+            if event.turn_id != self.turn_id:
+                continue
+            yield event
+            if isinstance(event, FinalEvent):
+                self._final = event
+                return
+
+    async def result(self, timeout: float | None = None) -> FinalEvent:
+        """Wait for the turn's FinalEvent (``.text``, ``.status``)."""
+        if self._final is not None:
+            return self._final
+
+        async def wait() -> FinalEvent:
+            async for event in self.events():
+                if isinstance(event, FinalEvent):
+                    return event
+            raise RuntimeError("the event stream ended before the turn's final event")
+
+        self._final = await asyncio.wait_for(wait(), timeout)
+        return self._final
+
+
+class Producer:
+    """Puts turns on the pool's queues and reads their events and history."""
+
+    def __init__(self, settings: Settings | None = None, *, redis: Redis | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.keys = Keys(self.settings.namespace)
+        self._owns_redis = redis is None
+        # Each live subscriber blocks on a connection: wait for one rather than fail.
+        self.redis = redis or Redis.from_pool(
+            BlockingConnectionPool.from_url(
+                self.settings.redis_url, max_connections=512, timeout=30
+            )
+        )
+        self.bus = RedisEventBus(
+            self.redis,
+            self.keys,
+            maxlen=self.settings.event_maxlen,
+            ttl_seconds=self.settings.event_ttl_seconds,
+        )
+        self.queue = SessionQueue(self.redis, self.keys, self.settings.session_meta_ttl_seconds)
+        self._celery: Celery | None = None
+        self._store: StateStore | None = None
+        self._store_lock = asyncio.Lock()
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Producer:
+        """A producer configured from ``REACTQ_*`` variables (keyword overrides win)."""
+        return cls(Settings.from_env(**overrides))
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release connections."""
+        if self._store is not None:
+            await self._store.close()
+        if self._owns_redis:
+            await self.redis.aclose()
+        if self._celery is not None:
+            await asyncio.to_thread(self._celery.close)
+
+    def _celery_app(self) -> Celery:
+        if self._celery is None:
+            app = Celery("reactq-producer", broker=self.settings.effective_broker_url)
+            app.conf.update(
+                task_serializer="json",
+                accept_content=["json"],
+                broker_connection_retry_on_startup=True,
+                task_ignore_result=True,
+            )
+            self._celery = app
+        return self._celery
+
+    async def submit(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        agent: str,
+        strategy: MultitaskStrategy | str = MultitaskStrategy.ENQUEUE,
+        metadata: dict[str, Any] | None = None,
+    ) -> TurnHandle:
+        """Validate and enqueue a turn; returns its handle.
+
+        Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
+        session id, an empty or oversized message, an unknown agent or a session
+        that belongs to another agent; TurnRejectedError when ``strategy="reject"``
+        finds the session busy.
+        """
+        validate_session_id(session_id)
+        validate_message(message, self.settings.max_message_bytes)
+        strategy = MultitaskStrategy(strategy)
+        if strategy in (MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK):
+            raise NotImplementedError(f"strategy {strategy.value!r} is not available yet")
+        if not await self.queue.agent_known(agent):
+            raise UnknownAgentError(
+                f"no worker hosts agent {agent!r}: start one with "
+                f"`reactq worker --agents MODULE:ATTR` (namespace {self.settings.namespace!r})",
+                agent=agent,
+            )
+        turn = TurnRequest(
+            session_id=session_id,
+            agent=agent,
+            message=message,
+            strategy=strategy,
+            metadata=metadata or {},
+        )
+        outcome = await self.queue.submit(turn)
+        if outcome.status == "agent_mismatch":
+            raise AgentMismatchError(
+                f"session {session_id!r} belongs to agent {outcome.detail!r}, not {agent!r}",
+                session_id=session_id,
+                agent=outcome.detail,
+            )
+        if outcome.status == "rejected":
+            await self._publish_rejection(turn)
+            raise TurnRejectedError(
+                f"session {session_id!r} is busy and the strategy is 'reject'",
+                turn_id=turn.turn_id,
+            )
+        queued = await self.bus.publish(
+            QueuedEvent(session_id=session_id, turn_id=turn.turn_id, agent=agent, message=message)
+        )
+        await asyncio.to_thread(
+            self._celery_app().send_task,
+            DRAIN_TASK,
+            args=[session_id],
+            queue=self.keys.queue(agent),
+        )
+        return TurnHandle(self, turn, queued)
+
+    async def _publish_rejection(self, turn: TurnRequest) -> None:
+        sid, tid = turn.session_id, turn.turn_id
+        await self.bus.publish(
+            QueuedEvent(session_id=sid, turn_id=tid, agent=turn.agent, message=turn.message)
+        )
+        await self.bus.publish(
+            FinalEvent(
+                session_id=sid,
+                turn_id=tid,
+                seq=1,
+                text="rejected: the session already has a turn in progress",
+                status=TurnStatus.REJECTED,
+            )
+        )
+
+    def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
+        """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""
+        validate_session_id(session_id)
+        return self.bus.subscribe(session_id, after=after)
+
+    async def store(self) -> StateStore:
+        """The shared state store (opened on first use)."""
+        async with self._store_lock:
+            if self._store is None:
+                self._store = await open_store(self.settings.database_url)
+        return self._store
+
+    async def history(self, session_id: str) -> list[ChatMessage]:
+        """Every message of the session's conversation, oldest first."""
+        validate_session_id(session_id)
+        return await (await self.store()).get_messages(session_id)
+
+    async def turn_status(self, turn_id: str) -> TurnStatus | None:
+        """The status of a recent turn, or None if Redis does not know it."""
+        found = await self.queue.turn_status(turn_id)
+        return found[1] if found else None

@@ -1,0 +1,45 @@
+"""Readable one-line renderings of events for the terminal."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.events import Event
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _call(tool: str, args: Any) -> str:
+    if isinstance(args, dict):
+        inner = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
+        return f"{tool}({inner})"
+    return f"{tool}({_short(args, 200)})"
+
+
+def render(event: Event, *, show_session: bool = False) -> str | None:
+    """One line for a person, or None for events not worth a line (usage, deltas)."""
+    prefix = f"[{event.session_id}] " if show_session else ""
+    match event.type:
+        case "queued":
+            line = f"queued     {event.turn_id} for agent {event.agent}: {_short(event.message)}"
+        case "started":
+            line = f"started    attempt {event.attempt} on {event.worker or 'a worker'}"
+        case "thought":
+            line = f"thought    {_short(event.text)}"
+        case "action":
+            line = f"action     {_call(event.tool, event.args)}"
+        case "observation":
+            line = f"result     {event.tool} -> {_short(event.output)}"
+        case "tool_failed":
+            line = f"tool error {event.tool}: {_short(event.error)}"
+        case "error":
+            line = f"error      {event.code}: {_short(event.message)}"
+        case "final":
+            line = f"final      [{event.status}] {event.text}"
+        case _:
+            return None
+    return prefix + line

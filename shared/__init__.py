@@ -1,0 +1,1 @@
+"""What producers and workers agree on: events, turns, messages, settings, state."""

@@ -1,0 +1,123 @@
+"""Shared test helpers: a stateless scripted model, real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import redis as redis_sync
+
+from worker.agent.llm.scripted_server import Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def last_user_text(request: Mapping[str, Any]) -> str:
+    """The text of the newest user message of a chat request."""
+    for message in reversed(request["messages"]):
+        if message["role"] == "user":
+            return str(message["content"])
+    return ""
+
+
+def lookup_then_answer(request: Mapping[str, Any]) -> Reply:
+    """Stateless: call ``lookup`` on the user's text, then answer from its result."""
+    if request["messages"][-1]["role"] == "user":
+        return Reply.tool_calls([("lookup", {"key": last_user_text(request)})])
+    return Reply.text(f"answer to: {last_user_text(request)}")
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
+    """Poll an (async or sync) predicate until it is truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+class WorkerPool:
+    """Real ``reactq worker`` processes sharing one environment."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        agents: str = "tests.pool_agents:agent",
+        concurrency: int = 16,
+    ) -> None:
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.log_dir = log_dir
+        self.agents = agents
+        self.concurrency = concurrency
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, count: int = 1) -> list[subprocess.Popen[bytes]]:
+        started = []
+        for _ in range(count):
+            index = len(self.procs)
+            log = open(self.log_dir / f"worker-{index}.log", "wb")
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "producer.cli",
+                    "worker",
+                    "--agents",
+                    self.agents,
+                    "--concurrency",
+                    str(self.concurrency),
+                    "--loglevel",
+                    "INFO",
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            log.close()
+            self.procs.append(proc)
+            started.append(proc)
+        return started
+
+    def wait_ready(self, redis_url: str, namespace: str, count: int, timeout: float = 60) -> None:
+        """Wait until ``count`` workers have registered (or fail with their logs)."""
+        client = redis_sync.Redis.from_url(redis_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while client.hlen(f"{namespace}:workers") < count:
+                dead = [p for p in self.procs if p.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    raise AssertionError(f"workers did not start:\n{self.logs()}")
+                time.sleep(0.1)
+        finally:
+            client.close()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted(self.log_dir.glob("worker-*.log"))
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)

@@ -1,0 +1,107 @@
+"""Agent definitions and load_agents."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.errors import ConfigError
+from worker import Agent, AgentLoop, OpenAICompatibleClient, ScriptedLLM, ToolMode, load_agents
+from worker.definitions import AgentConfigError
+
+
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key
+
+
+def test_agent_validates_at_construction() -> None:
+    for name in ("", "has space", "x" * 65, "ünï"):
+        with pytest.raises(ConfigError, match="agent name"):
+            Agent(name=name)
+    with pytest.raises(AgentConfigError, match="max_iterations"):
+        Agent(name="a", max_iterations=0)
+    with pytest.raises(ValueError, match="tool_timeout"):  # AgentConfigError is a ValueError too
+        Agent(name="a", tool_timeout=-1)
+    with pytest.raises(AgentConfigError, match="tool_message_role='user' conflicts"):
+        Agent(name="a", tool_mode=ToolMode.NATIVE, tool_message_role="user")
+    assert Agent(name="a", tool_mode=ToolMode.JSON, tool_message_role="user").tool_mode == "json"
+    with pytest.raises(AgentConfigError, match="already registered"):
+        Agent(name="a", tools=[lookup, lookup])
+
+
+def test_agent_wraps_tools_hides_key_and_builds_a_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = Agent(name="a", tools=[lookup], api_key="sk-very-secret", max_iterations=4)
+    assert "sk-very-secret" not in repr(agent)
+    assert agent.registry().names == ["lookup"]
+
+    monkeypatch.delenv("REACTQ_MODEL", raising=False)
+    assert agent.resolved_model() == "gpt-4o-mini"
+    monkeypatch.setenv("REACTQ_MODEL", "env-model")
+    assert agent.resolved_model() == "env-model"
+    assert Agent(name="b", model="own").resolved_model() == "own"
+
+    loop = agent.build_loop(ScriptedLLM([]))
+    assert isinstance(loop, AgentLoop)
+    assert (loop.model, loop.max_iterations, loop.registry.names) == ("env-model", 4, ["lookup"])
+
+
+async def test_build_llm_uses_the_agents_endpoint() -> None:
+    agent = Agent(name="a", base_url="http://127.0.0.1:9/v1", api_key="sk-x")
+    llm = agent.build_llm(max_retries=0)
+    try:
+        assert isinstance(llm, OpenAICompatibleClient)
+        assert llm.base_url.startswith("http://127.0.0.1:9/v1")
+        assert "sk-x" not in repr(llm)
+    finally:
+        await llm.aclose()
+
+
+def test_load_agents_from_the_repository_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    agents = load_agents(["examples.weather:agent"])
+    assert list(agents) == ["weather"]
+    assert agents["weather"].registry().names == ["get_weather"]
+    assert load_agents(["examples.weather"])["weather"] is agents["weather"]
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
+    """A temporary working directory and a unique module-name prefix."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    prefix = f"agents_{uuid.uuid4().hex[:8]}"
+    yield tmp_path, prefix
+    for name in [m for m in sys.modules if m.startswith(prefix)]:
+        del sys.modules[name]
+
+
+def _write(directory: Path, name: str, body: str) -> None:
+    (directory / f"{name}.py").write_text("from worker import Agent\n" + body)
+
+
+def test_load_agents_lists_and_errors(agent_dir: tuple[Path, str]) -> None:
+    directory, prefix = agent_dir
+    _write(directory, f"{prefix}_many", "team = [Agent(name='one'), Agent(name='two')]\n")
+    _write(directory, f"{prefix}_dup", "agent = Agent(name='one')\n")
+    _write(directory, f"{prefix}_bad", "agent = 42\nother = Agent(name='x')\n")
+    _write(directory, f"{prefix}_broken", "import no_such_dependency_zz\n")
+
+    assert list(load_agents([f"{prefix}_many:team"])) == ["one", "two"]
+    with pytest.raises(ConfigError, match="two agents are named 'one'"):
+        load_agents([f"{prefix}_many:team", f"{prefix}_dup"])
+    with pytest.raises(ConfigError, match="must be an Agent or a list of Agents, not int"):
+        load_agents([f"{prefix}_bad"])
+    with pytest.raises(ConfigError, match="has no attribute 'nope'; Agents it defines: other"):
+        load_agents([f"{prefix}_bad:nope"])
+    with pytest.raises(ConfigError, match=f"no module named '{prefix}_missing'"):
+        load_agents([f"{prefix}_missing:agent"])
+    with pytest.raises(ConfigError, match=r"importing .* failed: No module named 'no_such"):
+        load_agents([f"{prefix}_broken"])
+    with pytest.raises(ConfigError, match="module\\[:attr\\]"):
+        load_agents([":agent"])

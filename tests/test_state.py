@@ -1,0 +1,370 @@
+"""The StateStore contract, run against every backend on real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from shared.errors import ConfigError, SessionNotFoundError, StaleLeaseError
+from shared.messages import ChatMessage, ToolCall
+from shared.state import (
+    TRUNK,
+    MemoryStateStore,
+    SessionInfo,
+    StateStore,
+    TurnRecord,
+    open_store,
+)
+from shared.state.sql import SqlStateStore
+from shared.state.sql_schema import messages as messages_table
+from shared.turns import TurnStatus
+
+BACKENDS = ["memory", "sqlite", "postgres"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sid() -> str:
+    return f"s-{uuid.uuid4().hex[:12]}"
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text)
+
+
+def record(session_id: str, turn_id: str, **fields: object) -> TurnRecord:
+    return TurnRecord(
+        turn_id=turn_id,
+        session_id=session_id,
+        status=fields.pop("status", TurnStatus.COMPLETED),  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def backend_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """The backend's URL; a sync helper because ``postgres_url`` runs its own event loop."""
+    if backend == "memory":
+        return "memory://"
+    if backend == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/nested/state.db"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return backend_url(request.param, tmp_path, request)
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[StateStore]:
+    opened = await open_store(url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def sequences(store: StateStore, session_id: str) -> list[int]:
+    """The stored sequence numbers of a session's trunk (SQL backends only)."""
+    assert isinstance(store, SqlStateStore)
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            select(messages_table.c.sequence)
+            .where(messages_table.c.session_id == session_id)
+            .order_by(messages_table.c.sequence)
+        )
+        return [row[0] for row in rows]
+
+
+async def test_is_a_state_store(store: StateStore) -> None:
+    assert isinstance(store, StateStore)
+
+
+async def test_ensure_session_is_idempotent_and_keeps_first_agent(store: StateStore) -> None:
+    s = sid()
+    assert await store.get_session(s) is None
+    first = await store.ensure_session(s, "alpha")
+    again = await store.ensure_session(s, "beta")
+    assert first == again
+    assert isinstance(first, SessionInfo)
+    assert (first.agent, first.active_branch, first.fence) == ("alpha", TRUNK, 0)
+    assert first.created_at > 0
+    assert await store.get_session(s) == first
+
+
+async def test_concurrent_ensure_session_creates_one(store: StateStore) -> None:
+    s = sid()
+    infos = await asyncio.gather(*(store.ensure_session(s, f"a{i}") for i in range(10)))
+    assert len({info.agent for info in infos}) == 1
+
+
+async def test_append_and_get_in_order(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    assert await store.get_messages(s) == []
+    await store.append(s, [user("one"), user("two")])
+    call = ToolCall(id="c1", name="add", arguments='{"a": 1}')
+    await store.append(
+        s,
+        [
+            ChatMessage(role="assistant", content=None, tool_calls=[call]),
+            ChatMessage(role="tool", content="2", name="add", tool_call_id="c1"),
+        ],
+    )
+    await store.append(s, [])
+    got = await store.get_messages(s)
+    assert [m.content for m in got] == ["one", "two", None, "2"]
+    assert got[2].tool_calls == [call]
+    assert got[3].name == "add" and got[3].tool_call_id == "c1"
+    assert await store.get_messages(s, branch_id=TRUNK) == got
+    assert await store.get_messages(s, branch_id="nope") == []
+    assert await store.get_messages(sid()) == []
+
+
+async def test_writes_to_a_missing_session_or_branch_fail(store: StateStore) -> None:
+    s = sid()
+    with pytest.raises(SessionNotFoundError):
+        await store.append(s, [user("x")])
+    await store.claim(s, 1)  # nothing to fence yet: a no-op that creates nothing
+    assert await store.get_session(s) is None
+    with pytest.raises(SessionNotFoundError):
+        await store.commit_turn(s, [user("x")], record(s, "t-x"))
+    await store.ensure_session(s, "a")
+    with pytest.raises(ValueError, match="no branch"):
+        await store.append(s, [user("x")], branch_id="nope")
+    assert await store.get_messages(s) == []
+
+
+async def test_commit_turn_writes_messages_and_record(store: StateStore) -> None:
+    s, t = sid(), f"t-{uuid.uuid4().hex}"
+    await store.ensure_session(s, "a")
+    assert await store.get_turn(t) is None
+    rec = record(s, t, attempt=2, final_text="hi there", status=TurnStatus.COMPLETED)
+    await store.commit_turn(s, [user("hi"), ChatMessage(role="assistant", content="hi there")], rec)
+    got = await store.get_messages(s)
+    assert [m.content for m in got] == ["hi", "hi there"]
+    assert all(m.turn_id == t for m in got)
+    stored = await store.get_turn(t)
+    assert stored is not None
+    assert (stored.status, stored.attempt, stored.final_text) == (
+        TurnStatus.COMPLETED,
+        2,
+        "hi there",
+    )
+    assert stored.created_at > 0
+    # The record is upserted: a later commit of the same turn replaces its outcome.
+    await store.commit_turn(s, [], record(s, t, status=TurnStatus.ERROR, error="llm_error"))
+    stored = await store.get_turn(t)
+    assert stored is not None and (stored.status, stored.error) == (TurnStatus.ERROR, "llm_error")
+
+
+async def test_commit_turn_refuses_a_record_of_another_session(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    with pytest.raises(ValueError, match="belongs to session"):
+        await store.commit_turn(s, [user("x")], record(sid(), "t-other"))
+    assert await store.get_messages(s) == []
+
+
+async def test_fencing(store: StateStore) -> None:
+    s, t = sid(), f"t-{uuid.uuid4().hex}"
+    await store.ensure_session(s, "a")
+    await store.claim(s, 1)
+    await store.claim(s, 1)  # the same holder again is fine
+    await store.commit_turn(s, [user("by 1")], record(s, "t-1"), fence=1)
+    await store.claim(s, 3)
+    with pytest.raises(StaleLeaseError) as info:
+        await store.claim(s, 2)
+    assert info.value.details["newest"] == 3
+    with pytest.raises(StaleLeaseError):
+        await store.commit_turn(s, [user("stale")], record(s, t), fence=2)
+    assert [m.content for m in await store.get_messages(s)] == ["by 1"]
+    assert await store.get_turn(t) is None
+    # A newer token in commit_turn moves the fence on; unfenced commits are not checked.
+    await store.commit_turn(s, [user("by 5")], record(s, t), fence=5)
+    info_after = await store.get_session(s)
+    assert info_after is not None and info_after.fence == 5
+    await store.commit_turn(s, [user("unfenced")], record(s, "t-u"))
+    with pytest.raises(StaleLeaseError):
+        await store.commit_turn(s, [], record(s, "t-old"), fence=4)
+    contents = [m.content for m in await store.get_messages(s)]
+    assert contents == ["by 1", "by 5", "unfenced"]
+
+
+async def test_concurrent_appends_get_unique_contiguous_positions(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+
+    async def writer(w: int) -> None:
+        for i in range(5):
+            await store.append(s, [user(f"{w}.{i}.a"), user(f"{w}.{i}.b")])
+
+    await asyncio.gather(*(writer(w) for w in range(8)))
+    got = [m.content for m in await store.get_messages(s)]
+    assert len(got) == len(set(got)) == 80
+    # Each append's two messages stay adjacent, and one writer's appends keep their order.
+    for k in range(0, 80, 2):
+        first = got[k] or ""
+        assert first.endswith("a") and got[k + 1] == first[:-1] + "b"
+    for w in range(8):
+        mine = [c for c in got if c is not None and c.startswith(f"{w}.") and c.endswith("a")]
+        assert mine == [f"{w}.{i}.a" for i in range(5)]
+    if isinstance(store, SqlStateStore):
+        assert await sequences(store, s) == list(range(80))
+
+
+async def test_odd_text_round_trips(store: StateStore) -> None:
+    s, t = sid(), f"t-{uuid.uuid4().hex}"
+    odd = "lone \ud800 split \ud83d\ude00 nul \x00 marker \ue000 ok é 😀 \\u1234"
+    await store.ensure_session(s, "a")
+    call = ToolCall(id="c\ud801", name="f", arguments='{"x": "\udfff"}')
+    msgs = [
+        user(odd),
+        user("\ue000starts with the marker"),
+        ChatMessage(role="assistant", tool_calls=[call], content=""),
+        ChatMessage(role="tool", content=odd, name="n\x00", tool_call_id="c\ud801"),
+    ]
+    await store.commit_turn(s, msgs, record(s, t, final_text=odd, error="\udc00"))
+    got = await store.get_messages(s)
+    assert [m.model_dump() for m in got] == [m.model_dump() for m in msgs]
+    assert got[0].content == odd
+    stored = await store.get_turn(t)
+    assert stored is not None and (stored.final_text, stored.error) == (odd, "\udc00")
+
+
+# --- backend specifics ------------------------------------------------------------
+
+WORKER_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from shared.messages import ChatMessage
+    from shared.state import open_store
+
+    async def main(url, session_id, worker, rounds):
+        store = await open_store(url)
+        try:
+            await store.ensure_session(session_id, f"agent-{worker}")
+            async def one(task):
+                for i in range(rounds):
+                    msgs = [ChatMessage(role="user", content=f"{worker}.{task}.{i}.{k}")
+                            for k in range(2)]
+                    await store.append(session_id, msgs)
+            await asyncio.gather(*(one(task) for task in range(3)))
+        finally:
+            await store.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+    """
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return backend_url(request.param, tmp_path, request)
+
+
+async def test_appends_from_three_processes(sql_url: str, tmp_path: Path) -> None:
+    url = sql_url
+    s, rounds = sid(), 10
+    script = tmp_path / "writer.py"
+    script.write_text(WORKER_SCRIPT)
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(script),
+            url,
+            s,
+            str(w),
+            str(rounds),
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for w in range(3)
+    ]
+    results = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
+    for proc, (_out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err.decode()
+    store = await SqlStateStore.open(url)
+    try:
+        total = 3 * 3 * rounds * 2
+        assert await sequences(store, s) == list(range(total))
+        got = [m.content for m in await store.get_messages(s)]
+        assert len(set(got)) == total
+        for k in range(0, total, 2):  # one append's messages are never interleaved
+            first = got[k] or ""
+            assert first.endswith(".0") and got[k + 1] == first[:-1] + "1"
+    finally:
+        await store.close()
+
+
+async def test_sqlite_in_memory_shares_one_database(tmp_path: Path) -> None:
+    for url in ("sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:"):
+        store = await SqlStateStore.open(url)
+        try:
+            s = sid()
+            await store.ensure_session(s, "a")
+            await asyncio.gather(*(store.append(s, [user(str(i))]) for i in range(20)))
+            assert len(await store.get_messages(s)) == 20
+            assert await sequences(store, s) == list(range(20))
+        finally:
+            await store.close()
+
+
+async def test_sqlite_file_runs_in_wal_mode(tmp_path: Path) -> None:
+    store = await SqlStateStore.open(f"sqlite+aiosqlite:///{tmp_path}/a/b/state.db")
+    try:
+        assert (tmp_path / "a" / "b" / "state.db").exists()
+        async with store.engine.connect() as conn:
+            assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
+            assert (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar() == 30_000
+    finally:
+        await store.close()
+
+
+async def test_open_store_schemes(tmp_path: Path) -> None:
+    memory = await open_store("memory://")
+    assert isinstance(memory, MemoryStateStore)
+    await memory.close()
+    sql = await open_store(f"sqlite:///{tmp_path}/plain.db")
+    assert isinstance(sql, SqlStateStore)
+    await sql.close()
+    with pytest.raises(ConfigError, match="Redis state store not implemented"):
+        await open_store("redis://localhost:6379/0")
+    with pytest.raises(ConfigError, match="unsupported"):
+        await open_store("mysql+aiomysql://x/y")
+    with pytest.raises(ConfigError, match="no scheme"):
+        await open_store("state.db")
+    with pytest.raises(ConfigError, match="unsupported database URL"):
+        SqlStateStore("sqlite+pysqlite:///x.db")
+    with pytest.raises(ConfigError, match="not a database URL"):
+        SqlStateStore("::nonsense")
+
+
+async def test_memory_store_bounds() -> None:
+    store = MemoryStateStore(max_sessions=2)
+    a, b, c = sid(), sid(), sid()
+    for s in (a, b):
+        await store.ensure_session(s, "x")
+        await store.commit_turn(s, [user("m")], record(s, f"t-{s}"))
+    await store.get_session(a)  # a is now the most recently used
+    await store.ensure_session(c, "x")
+    assert await store.get_session(b) is None
+    assert await store.get_turn(f"t-{b}") is None
+    assert await store.get_session(a) is not None
+    assert await store.get_turn(f"t-{a}") is not None
+    with pytest.raises(ValueError):
+        MemoryStateStore(ttl_seconds=0)
+
+
+def test_importing_shared_state_does_not_import_sqlalchemy() -> None:
+    import subprocess
+
+    code = "import sys, shared.state; print('sqlalchemy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

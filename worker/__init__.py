@@ -1,0 +1,42 @@
+"""reactq's worker side: agent definitions and the ReAct kernel.
+
+This package is light on purpose (no Celery import): agents are defined and
+run in-process with it; ``worker.app`` / ``worker.tasks`` add the pool.
+"""
+
+from worker.agent import (
+    AgentLoop,
+    AgentRunner,
+    LLMClient,
+    LLMResponse,
+    OpenAICompatibleClient,
+    Registry,
+    RunResult,
+    ScriptedLLM,
+    Tool,
+    ToolContext,
+    ToolMode,
+    tool,
+)
+from worker.definitions import Agent, load_agents
+
+__all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
+    # defining agents
+    "Agent",
+    "ToolMode",
+    "load_agents",
+    # tools
+    "Registry",
+    "Tool",
+    "ToolContext",
+    "tool",
+    # running
+    "AgentLoop",
+    "AgentRunner",
+    "RunResult",
+    # models
+    "LLMClient",
+    "LLMResponse",
+    "OpenAICompatibleClient",
+    "ScriptedLLM",
+]

@@ -1,0 +1,285 @@
+"""ToolExecutor: runs the tool calls of one step and reports each as events.
+
+Each call is decoded (depth-checked first), validated, passed through the
+approval gate and the ``before_tool`` intervention, run under its timeout, and
+its result turned into the text the model reads. Consecutive read-only calls
+run concurrently; a ``writes=True`` tool runs alone, in model order. Every
+failure is a result the model reads, never an exception out of the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from shared.bus import TurnEmitter
+from shared.errors import ToolError
+from shared.events import ActionEvent, ObservationEvent, ToolFailedEvent
+from shared.messages import ToolCall
+from worker.agent.interventions import (
+    BeforeToolFallback,
+    DenyToolCall,
+    Hooks,
+    Interventions,
+    ReplaceToolArgs,
+    ToolCallInfo,
+    ToolDecision,
+    ToolGate,
+    call_hook,
+    maybe_await,
+)
+from worker.agent.results import MAX_ARGUMENT_DEPTH, arguments_too_deep, format_tool_result
+from worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext
+
+__all__ = ["REPEAT_NUDGE", "ToolExecutor"]
+
+log = logging.getLogger("reactq.agent")
+
+REPEAT_NUDGE = (
+    "\n\n[Note: you have made this exact call {count} times in this run; its result will "
+    "not change. Use the result you have, try different arguments, or give your final answer.]"
+)
+
+
+@dataclass(slots=True)
+class _Call:
+    """A call that passed decoding and lookup, on its way to run."""
+
+    call: ToolCall
+    tool: Tool
+    args: dict[str, Any]
+    output: str | None = None
+    failure: tuple[str, str] | None = None  # (code, error), reported after the batch
+
+
+class ToolExecutor:
+    """Runs tool calls for one loop configuration (shared by its runs; holds no run state)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        tool_timeout: float | None,
+        interventions: Interventions | None,
+        hooks: Hooks | None,
+        tool_gate: ToolGate | None,
+        tool_gate_timeout: float | None,
+        repeat_call_limit: int | None,
+    ) -> None:
+        self.registry = registry
+        self.tool_timeout = tool_timeout
+        self.interventions = interventions
+        self.hooks = hooks
+        self.tool_gate = tool_gate
+        self.tool_gate_timeout = tool_gate_timeout
+        self.repeat_call_limit = repeat_call_limit
+
+    async def run_step(
+        self,
+        calls: list[ToolCall],
+        emitter: TurnEmitter,
+        context: ToolContext,
+        *,
+        iteration: int,
+        seen: dict[tuple[str, str], int],
+        truncated: bool = False,
+    ) -> list[str]:
+        """Run ``calls``; return the text the model reads for each, in order.
+
+        ``seen`` counts identical calls across the run (for the repeat nudge);
+        ``truncated`` says the generation hit the token cap, so broken arguments
+        were cut off rather than malformed.
+        """
+        outputs: list[str] = []
+        batch: list[_Call | str] = []
+        for call in calls:
+            prepared = await self._prepare(call, emitter, truncated)
+            if isinstance(prepared, _Call) and prepared.tool.writes:
+                outputs += await self._run_batch(batch, emitter, context, iteration)
+                batch = []
+                outputs += await self._run_batch([prepared], emitter, context, iteration)
+            else:
+                batch.append(prepared)
+        outputs += await self._run_batch(batch, emitter, context, iteration)
+        if self.repeat_call_limit is not None:
+            for index, call in enumerate(calls):
+                # The raw text is the key: "identical" means the model wrote the same call.
+                key = (call.name, call.arguments.strip())
+                seen[key] = count = seen.get(key, 0) + 1
+                if count > self.repeat_call_limit:
+                    outputs[index] += REPEAT_NUDGE.format(count=count)
+        return outputs
+
+    async def _run_batch(
+        self, batch: list[_Call | str], emitter: TurnEmitter, context: ToolContext, iteration: int
+    ) -> list[str]:
+        runnable = [p for p in batch if isinstance(p, _Call)]
+        if len(runnable) == 1:
+            await self._execute(runnable[0], context, iteration)
+        elif runnable:
+            await asyncio.gather(*(self._execute(p, context, iteration) for p in runnable))
+        # Results are reported in model order, whatever order concurrent calls finished in.
+        outputs: list[str] = []
+        for p in batch:
+            if isinstance(p, str):
+                outputs.append(p)
+            elif p.failure is not None:
+                outputs.append(await self._failed(emitter, p.call, *p.failure))
+            else:
+                output = p.output or ""
+                await emitter.emit(
+                    ObservationEvent, tool=p.call.name, call_id=p.call.id, output=output
+                )
+                outputs.append(output)
+        return outputs
+
+    async def _prepare(self, call: ToolCall, emitter: TurnEmitter, truncated: bool) -> _Call | str:
+        """Decode and look up a call; a failure comes back as the text the model reads."""
+        raw = call.arguments
+        if arguments_too_deep(raw):
+            await emitter.emit(ActionEvent, tool=call.name, args=None, call_id=call.id)
+            return await self._failed(
+                emitter,
+                call,
+                "invalid_arguments",
+                f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; flatten them",
+            )
+        args: Any
+        try:
+            args = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            await emitter.emit(ActionEvent, tool=call.name, args=raw, call_id=call.id)
+            if truncated:
+                return await self._failed(
+                    emitter,
+                    call,
+                    "truncated_arguments",
+                    "the arguments were cut off by the output token limit; re-issue the call "
+                    "with complete (shorter) arguments",
+                )
+            return await self._failed(
+                emitter, call, "invalid_arguments", f"the arguments are not valid JSON ({exc})"
+            )
+        await emitter.emit(ActionEvent, tool=call.name, args=args, call_id=call.id)
+        if not isinstance(args, dict):
+            return await self._failed(
+                emitter, call, "invalid_arguments", "the arguments must be a JSON object"
+            )
+        found = self.registry.get(call.name)
+        if found is None:
+            available = ", ".join(self.registry.names) or "none"
+            return await self._failed(
+                emitter,
+                call,
+                "unknown_tool",
+                f"there is no tool named {call.name!r} (available: {available})",
+            )
+        return _Call(call, found, args)
+
+    async def _execute(self, item: _Call, context: ToolContext, iteration: int) -> None:
+        call = item.call
+        info: ToolCallInfo | None = None
+        if self.tool_gate is not None or self.interventions is not None or self.hooks is not None:
+            info = ToolCallInfo.of(call, item.args, context.session_id, context.turn_id, iteration)
+            denial = await self._check(item, info)
+            if denial is not None:
+                item.failure = ("denied", denial)
+                await call_hook(self.hooks, "on_tool_start", info)
+                await call_hook(
+                    self.hooks, "on_tool_end", info, output=f"Error: {denial}", ok=False
+                )
+                return
+            await call_hook(self.hooks, "on_tool_start", info)
+        ok, text = await self._invoke(item, context)
+        if ok:
+            if self.interventions is not None and self.interventions.after_tool is not None:
+                assert info is not None
+                text += await self._after_note(info, text)
+            item.output = text
+        else:
+            code, error = text.split("\0", 1)
+            item.failure = (code, error)
+            text = f"Error: {error}"
+        if info is not None:
+            await call_hook(self.hooks, "on_tool_end", info, output=text, ok=ok)
+
+    async def _invoke(self, item: _Call, context: ToolContext) -> tuple[bool, str]:
+        """(True, result text) or (False, "code\\0error")."""
+        limit = item.tool.timeout if item.tool.timeout is not None else self.tool_timeout
+        try:
+            async with asyncio.timeout(limit) as scope:
+                result = await item.tool.call(item.args, context)
+        except ToolArgumentsError as exc:
+            return False, f"invalid_arguments\0{exc.message}"
+        except ToolError as exc:
+            return False, f"{exc.code}\0{exc.message or type(exc).__name__}"
+        except TimeoutError as exc:
+            if scope.expired():
+                return False, f"timeout\0the tool timed out after {limit:g} s"
+            return False, f"tool_error\0TimeoutError: {exc}"
+        except Exception as exc:
+            return False, f"tool_error\0{type(exc).__name__}: {exc}"
+        return True, format_tool_result(result)
+
+    async def _check(self, item: _Call, info: ToolCallInfo) -> str | None:
+        """The reason the call may not run, or None; may replace ``item.args``."""
+        if self.tool_gate is not None:
+            reason = await self._ask_gate(info)
+            if reason is not None:
+                return reason
+        interventions = self.interventions
+        if interventions is None or interventions.before_tool is None:
+            return None
+        try:
+            verdict = await maybe_await(interventions.before_tool(info))
+        except Exception as exc:
+            log.warning("before_tool raised for %s", item.call.name, exc_info=True)
+            if interventions.before_tool_fallback is BeforeToolFallback.ALLOW:
+                return None
+            return f"the call was denied: the policy check failed ({type(exc).__name__})"
+        if verdict is None:
+            return None
+        if isinstance(verdict, DenyToolCall):
+            return f"the call was denied: {verdict.reason}"
+        if isinstance(verdict, ReplaceToolArgs) and isinstance(verdict.args, dict):
+            item.args = dict(verdict.args)
+            return None
+        if interventions.before_tool_fallback is BeforeToolFallback.ALLOW:
+            return None
+        return f"the call was denied: the policy check answered {type(verdict).__name__}"
+
+    async def _ask_gate(self, info: ToolCallInfo) -> str | None:
+        assert self.tool_gate is not None
+        try:
+            async with asyncio.timeout(self.tool_gate_timeout):
+                decision = await maybe_await(self.tool_gate(info))
+        except TimeoutError:
+            return "the call was denied: no approval arrived in time"
+        except Exception as exc:
+            log.warning("tool_gate raised for %s", info.tool, exc_info=True)
+            return f"the call was denied: the approver failed ({type(exc).__name__})"
+        if decision is True:
+            return None
+        if isinstance(decision, ToolDecision) and decision.allow is True:
+            return None
+        if isinstance(decision, ToolDecision) and decision.allow is False:
+            return f"the call was denied: {decision.reason or 'the approver said no'}"
+        if decision is False:
+            return "the call was denied: the approver said no"
+        return f"the call was denied: the approver gave no decision ({type(decision).__name__})"
+
+    async def _after_note(self, info: ToolCallInfo, text: str) -> str:
+        assert self.interventions is not None and self.interventions.after_tool is not None
+        try:
+            note = await maybe_await(self.interventions.after_tool(info, text))
+        except Exception:
+            log.warning("after_tool raised for %s; no note added", info.tool, exc_info=True)
+            return ""
+        return f"\n\n{note}" if isinstance(note, str) and note else ""
+
+    async def _failed(self, emitter: TurnEmitter, call: ToolCall, code: str, error: str) -> str:
+        await emitter.emit(ToolFailedEvent, tool=call.name, call_id=call.id, error=error, code=code)
+        return f"Error: {error}"

@@ -1,0 +1,75 @@
+"""``demo_model``: a stateless stand-in for a real model, for demos and benchmarks.
+
+It decides from the request alone, so any number of workers can share one
+server: a user asking about the weather "in <City>" gets a ``get_weather`` call
+(when that tool is offered); a tool result gets a sentence built from it; any
+other message is echoed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from worker.agent.llm.replies import Reply
+
+__all__ = ["demo_model"]
+
+PREFIX = "[offline demo model] "
+_CITY_RE = re.compile(r"\bin\s+([A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)")
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return "" if content is None else str(content)
+
+
+def _offered_tools(request: Mapping[str, Any]) -> set[str]:
+    names = set()
+    for entry in request.get("tools") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("function"), Mapping):
+            names.add(str(entry["function"].get("name", "")))
+    return names
+
+
+def _describe(result: str) -> str:
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return f"The tool said: {result}"
+    if not isinstance(data, Mapping):
+        return f"The tool said: {result}"
+    if str(data.get("error", "")):
+        return f"The tool failed: {data['error']}"
+    temp = next((data[k] for k in ("temperature_c", "temp_c", "temperature") if k in data), None)
+    cond = next((data[k] for k in ("conditions", "condition", "summary") if k in data), None)
+    city = data.get("city")
+    if temp is not None and city:
+        return f"It is {temp}°C" + (f" and {cond}" if cond else "") + f" in {city}."
+    return f"The tool said: {json.dumps(data, ensure_ascii=False)}"
+
+
+def demo_model(request: Mapping[str, Any]) -> Reply:
+    """Answer a Chat Completions request deterministically (see the module doc)."""
+    messages = [m for m in request.get("messages") or [] if isinstance(m, Mapping)]
+    if not messages:
+        return Reply.text(PREFIX + "Say something.")
+    last = messages[-1]
+    if last.get("role") == "tool":
+        content = _text(last.get("content"))
+        if content.startswith("Error:"):
+            return Reply.text(PREFIX + "Sorry, the tool failed: " + content[6:].strip())
+        return Reply.text(PREFIX + _describe(content))
+    user_text = next(
+        (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
+    if last.get("role") == "user" and "get_weather" in _offered_tools(request):
+        match = _CITY_RE.search(user_text)
+        if match:
+            return Reply.tool_calls([("get_weather", {"city": match.group(1)})])
+    return Reply.text(PREFIX + "You said: " + user_text)

@@ -1,0 +1,231 @@
+"""OpenAICompatibleClient: the LLMClient over the official ``openai`` SDK.
+
+Works against any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp,
+LiteLLM, the ScriptedServer) given its ``base_url``. The client does its own
+retrying (``RetryPolicy``: jittered backoff, ``Retry-After``, bounded in count and
+time); the SDK's is switched off so the two never multiply. Failures are mapped
+onto ``shared.errors``::
+
+    APIConnectionError / APITimeoutError    -> LLMConnectionError
+    a stream that stops mid-way             -> LLMStreamCutError
+    429                                     -> LLMRateLimitError
+    5xx                                     -> LLMServerError
+    other 4xx                               -> LLMBadRequestError
+      ... mentioning context length         -> ContextLengthExceededError
+    a body that is not JSON                 -> LLMUndecodableError
+    an error envelope in a 200              -> LLMErrorEnvelopeError
+    a 200 without choices                   -> LLMNoChoicesError
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from shared.errors import (
+    ContextLengthExceededError,
+    LLMBadRequestError,
+    LLMConnectionError,
+    LLMError,
+    LLMErrorEnvelopeError,
+    LLMRateLimitError,
+    LLMResponseError,
+    LLMServerError,
+    LLMStreamCutError,
+    LLMUndecodableError,
+)
+from worker.agent.llm.base import DEFAULT_OPTIONS, DeltaSink, LLMResponse, RequestOptions
+from worker.agent.llm.parse import StreamAssembler, from_completion, mentions_context_length
+from worker.agent.llm.retry import RetryPolicy, parse_retry_after
+
+__all__ = ["OpenAICompatibleClient"]
+
+# Local endpoints (vLLM, Ollama, the ScriptedServer) need no key, but the SDK
+# refuses to start without one.
+PLACEHOLDER_API_KEY = "sk-no-key-required"
+
+
+class OpenAICompatibleClient:
+    """An LLMClient on ``AsyncOpenAI``; bind one per event loop and ``aclose()`` it.
+
+    ``max_retries`` / ``retry_base_delay`` / ``retry_max_delay`` /
+    ``retry_max_total`` shape the ``RetryPolicy`` (or pass ``retry=`` whole).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        client: AsyncOpenAI | None = None,
+        *,
+        retry_base_delay: float = 0.5,
+        retry_max_delay: float = 8.0,
+        retry_max_total: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.retry = retry or RetryPolicy(
+            max_retries=max_retries,
+            base_delay=retry_base_delay,
+            max_delay=retry_max_delay,
+            max_total=retry_max_total,
+        )
+        self.model = model
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
+        self._owns_client = client is None
+        self._client = client or AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            timeout=timeout,
+            max_retries=0,  # RetryPolicy retries; the SDK must not multiply it
+        )
+        self._create = self._client.chat.completions.create
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint requests go to."""
+        return str(self._client.base_url)
+
+    def __repr__(self) -> str:
+        # Never the key.
+        return f"OpenAICompatibleClient(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model: str,
+        tools: list[dict[str, Any]] | None,
+        stream: bool = False,
+        options: RequestOptions | None = None,
+        on_delta: DeltaSink | None = None,
+    ) -> LLMResponse:
+        """One chat completion, retried per the policy; raises an ``LLMError`` subclass."""
+        model = model or self.model or ""
+        if not model:
+            raise LLMBadRequestError("no model given: pass model= or set REACTQ_MODEL")
+        kwargs: dict[str, Any] = {"model": model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+        kwargs.update((options or DEFAULT_OPTIONS).to_request(model))
+        started = time.monotonic()
+        retry = 0
+        while True:
+            retry_after: float | None = None
+            delivered = [False]  # a stream that already showed text is never re-run
+            try:
+                if stream:
+                    return await self._complete_stream(kwargs, on_delta, delivered)
+                return from_completion(await self._create(**kwargs))
+            except LLMError as exc:
+                error = self._redacted(exc)
+            except openai.OpenAIError as exc:
+                error = self._map_error(exc)
+                retry_after = _retry_after_of(exc)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # Undecodable JSON, or a body of the wrong shape.
+                raise LLMUndecodableError(
+                    self._redact(
+                        f"the endpoint answered an unusable body: {type(exc).__name__}: {exc}"
+                    )
+                ) from None
+            retry += 1
+            wait = (
+                None if delivered[0] else self.retry.next_wait(error, retry, started, retry_after)
+            )
+            if wait is None:
+                raise error from None
+            await asyncio.sleep(wait)
+
+    async def _complete_stream(
+        self, kwargs: dict[str, Any], on_delta: DeltaSink | None, delivered: list[bool]
+    ) -> LLMResponse:
+        stream = await self._create(**kwargs, stream=True, stream_options={"include_usage": True})
+
+        async def sink(text: str) -> None:
+            delivered[0] = True
+            if on_delta is not None:
+                await on_delta(text)
+
+        assembler = StreamAssembler(sink)
+        try:
+            async for chunk in stream:
+                await assembler.add(chunk)
+        except (LLMError, openai.OpenAIError):
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise LLMUndecodableError(f"the stream carried an unusable event: {exc}") from None
+        except Exception as exc:  # the transport failed under the SSE decoder
+            raise LLMStreamCutError(
+                f"the stream stopped after {assembler.chunks} events: {type(exc).__name__}: {exc}",
+                base_url=self.base_url,
+            ) from None
+        finally:
+            # Also on cancellation: closing frees the connection mid-generation.
+            await stream.close()
+        return assembler.result()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (only when this object created the SDK client)."""
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> OpenAICompatibleClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _redact(self, text: str) -> str:
+        if self._api_key and self._api_key != PLACEHOLDER_API_KEY:
+            text = text.replace(self._api_key, "***")
+        return text
+
+    def _redacted(self, exc: LLMError) -> LLMError:
+        redacted = self._redact(exc.message)
+        return exc if redacted == exc.message else type(exc)(redacted, **exc.details)
+
+    def _map_error(self, exc: openai.OpenAIError) -> LLMError:
+        message = self._redact(str(exc) or type(exc).__name__)
+        if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+            kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "failed"
+            return LLMConnectionError(
+                f"connection to the model endpoint {kind}: {message}", base_url=self.base_url
+            )
+        if isinstance(exc, openai.APIResponseValidationError):
+            return LLMResponseError(message, status=exc.status_code)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            details: dict[str, Any] = {"status": status}
+            if exc.code:
+                details["provider_code"] = exc.code
+            if status == 429:
+                return LLMRateLimitError(message, **details)
+            if status >= 500:
+                return LLMServerError(message, **details)
+            if mentions_context_length(exc.code, message):
+                return ContextLengthExceededError(message, **details)
+            if 400 <= status < 500:
+                return LLMBadRequestError(message, **details)
+            return LLMResponseError(message, **details)
+        if isinstance(exc, openai.APIError):
+            # An error envelope inside a 200 (streamed or not).
+            if mentions_context_length(exc.code, message):
+                return ContextLengthExceededError(message)
+            return LLMErrorEnvelopeError(f"the endpoint sent an error: {message}")
+        return LLMResponseError(f"{type(exc).__name__}: {message}")
+
+
+def _retry_after_of(exc: openai.OpenAIError) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    return parse_retry_after(headers) if headers is not None else None

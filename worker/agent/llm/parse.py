@@ -1,0 +1,171 @@
+"""Turning the SDK's completion objects (whole or streamed) into an ``LLMResponse``.
+
+Every malformed answer gets its own classified error: an error envelope in a
+200, a completion without choices, a stream without events.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.errors import (
+    ContextLengthExceededError,
+    LLMErrorEnvelopeError,
+    LLMNoChoicesError,
+    LLMResponseError,
+)
+from shared.messages import ToolCall
+from worker.agent.llm.base import DeltaSink, LLMResponse
+
+__all__ = ["StreamAssembler", "from_completion", "mentions_context_length"]
+
+_CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def mentions_context_length(code: str | None, message: str) -> bool:
+    """True when a provider's error code or text says the context window overflowed."""
+    text = f"{code or ''} {message}".lower()
+    return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def _usage(raw: Any) -> dict[str, int]:
+    if raw is None:
+        return {}
+    out: dict[str, int] = {}
+    for key in _USAGE_KEYS:
+        value = getattr(raw, key, None)
+        if isinstance(value, int):
+            out[key] = value
+    return out
+
+
+def _error_envelope(obj: Any) -> str | None:
+    extra = getattr(obj, "model_extra", None)
+    error = extra.get("error") if extra else None
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return str(error.get("message") or json.dumps(error, default=str))
+    return str(error)
+
+
+def _raise_envelope(envelope: str, where: str = "") -> None:
+    if mentions_context_length(None, envelope):
+        raise ContextLengthExceededError(envelope)
+    raise LLMErrorEnvelopeError(f"the endpoint sent an error{where}: {envelope}")
+
+
+def from_completion(completion: Any) -> LLMResponse:
+    """The response in a non-streamed ``ChatCompletion``; raises a classified LLMError."""
+    if not hasattr(completion, "choices"):
+        raise LLMResponseError(f"the endpoint answered a non-completion: {str(completion)[:200]!r}")
+    envelope = _error_envelope(completion)
+    if envelope is not None:
+        _raise_envelope(envelope)
+    if not completion.choices:
+        raise LLMNoChoicesError("the endpoint answered a completion with no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    calls: list[ToolCall] = []
+    for index, raw in enumerate(message.tool_calls or ()):
+        function = getattr(raw, "function", None)
+        if function is not None:
+            name, arguments = function.name, function.arguments
+        else:  # a "custom" tool call: free-form input
+            custom = getattr(raw, "custom", None)
+            name, arguments = getattr(custom, "name", ""), getattr(custom, "input", "")
+        calls.append(
+            ToolCall(id=raw.id or f"call_{index}", name=name or "", arguments=arguments or "")
+        )
+    return LLMResponse(
+        content=message.content,
+        tool_calls=calls,
+        finish_reason=choice.finish_reason,
+        usage=_usage(completion.usage),
+    )
+
+
+class StreamAssembler:
+    """Rebuilds one response from chunks, whatever the chunking.
+
+    Tool calls are keyed by their ``index``; an endpoint that omits it is keyed
+    by ``id`` (a new id opens a new call, no id continues the last one).
+    """
+
+    def __init__(self, on_delta: DeltaSink | None = None) -> None:
+        self.on_delta = on_delta
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, int] = {}
+        self.chunks = 0
+        self.saw_choice = False
+
+    async def add(self, chunk: Any) -> None:
+        """Take one chunk (raising on an error envelope inside the stream)."""
+        self.chunks += 1
+        envelope = _error_envelope(chunk)
+        if envelope is not None:
+            _raise_envelope(envelope, " mid-stream")
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = _usage(chunk.usage)
+        for choice in chunk.choices or ():
+            if (choice.index or 0) != 0:
+                continue
+            self.saw_choice = True
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self.content.append(delta.content)
+                if self.on_delta is not None:
+                    await self.on_delta(delta.content)
+            for tc in delta.tool_calls or ():
+                self._add_call_fragment(tc)
+
+    def _add_call_fragment(self, tc: Any) -> None:
+        index = tc.index
+        if index is None:
+            if tc.id and all(c["id"] != tc.id for c in self.calls.values()):
+                index = len(self.calls)
+            else:
+                index = max(self.calls, default=0)
+        entry = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        if tc.id and not entry["id"]:
+            entry["id"] = tc.id
+        function = tc.function
+        if function is not None:
+            if function.name and function.name != entry["name"]:
+                # Some endpoints repeat the full name in every chunk; others split it.
+                entry["name"] = (
+                    function.name if not entry["name"] else entry["name"] + function.name
+                )
+            if function.arguments:
+                entry["arguments"].append(function.arguments)
+
+    def result(self) -> LLMResponse:
+        """The assembled response; raises when the stream carried no answer."""
+        if self.chunks == 0:
+            raise LLMResponseError(
+                "the endpoint sent no stream events (its answer was not an SSE stream)"
+            )
+        if not self.saw_choice:
+            raise LLMNoChoicesError("the endpoint streamed no choices")
+        calls = [
+            ToolCall(
+                id=entry["id"] or f"call_{index}",
+                name=entry["name"],
+                arguments="".join(entry["arguments"]),
+            )
+            for index, entry in sorted(self.calls.items())
+        ]
+        return LLMResponse(
+            content="".join(self.content) if self.content else None,
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+        )

@@ -1,0 +1,354 @@
+"""ScriptedServer: a real OpenAI-compatible HTTP server on 127.0.0.1 for tests and demos.
+
+It answers ``POST /v1/chat/completions`` with whatever its handler returns (a
+``Reply``), as JSON or, for ``"stream": true``, as Server-Sent Events split into
+several chunks; it speaks HTTP/1.1 with keep-alive, so the real ``openai`` SDK
+talks to it exactly as to a provider. ``python -m worker.agent.llm.scripted_server
+--port N`` serves ``demo_model``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import json
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from worker.agent.llm.demo import demo_model
+from worker.agent.llm.replies import Reply, completion_body, stream_chunks
+
+__all__ = ["Handler", "Reply", "ScriptedServer", "demo_model", "main"]
+
+Handler = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
+_REASONS = {
+    200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Timeout",
+    413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
+    502: "Bad Gateway", 503: "Service Unavailable",
+}  # fmt: skip
+MAX_BODY = 32 * 1024 * 1024
+
+
+class ScriptedServer:
+    """An OpenAI-compatible endpoint driven by ``handler(request_json) -> Reply``.
+
+    Use ``async with ScriptedServer(handler) as server`` on the caller's loop, or
+    ``ScriptedServer(handler).start_in_thread()`` / ``stop()`` to host it on a
+    private loop in a thread. ``requests`` keeps the last ``max_requests``
+    request bodies received (oldest first).
+    """
+
+    def __init__(
+        self,
+        handler: Handler = demo_model,
+        *,
+        latency: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_requests: int = 1000,
+    ) -> None:
+        if latency < 0:
+            raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
+        self.handler = handler
+        self.latency = latency
+        self.host = host
+        self.port = port
+        self.max_requests = max_requests
+        self.requests: list[dict[str, Any]] = []
+        self.request_count = 0
+        self.streams_abandoned = 0
+        """Streams the client closed before their end (a cancelled generation)."""
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self._thread_stop: asyncio.Event | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give an OpenAI client, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    # -- lifecycle on the caller's loop -------------------------------------------
+
+    async def start(self) -> ScriptedServer:
+        """Listen (on a free port unless one was given)."""
+        self._server = await asyncio.start_server(
+            self._serve_connection, self.host, self.port, backlog=4096, limit=MAX_BODY
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def aclose(self) -> None:
+        """Stop listening and drop every open connection."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def __aenter__(self) -> ScriptedServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- lifecycle on a private thread --------------------------------------------
+
+    def start_in_thread(self, timeout: float = 10.0) -> ScriptedServer:
+        """Serve from a private event loop on a daemon thread; return once listening."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def main() -> None:
+            self._thread_loop = asyncio.get_running_loop()
+            self._thread_stop = asyncio.Event()
+            try:
+                await self.start()
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                await self._thread_stop.wait()
+            finally:
+                await self.aclose()
+
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(main(),), name="scripted-llm-server", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise RuntimeError(f"ScriptedServer did not start within {timeout} s")
+        if failure:
+            self._thread.join(timeout)
+            raise failure[0]
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop a server started with ``start_in_thread`` and wait for its thread."""
+        if self._thread is None:
+            return
+        loop, stop = self._thread_loop, self._thread_stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop finished already
+                loop.call_soon_threadsafe(stop.set)
+        self._thread.join(timeout)
+        self._thread = None
+
+    # -- HTTP ---------------------------------------------------------------------
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        try:
+            while await self._serve_one(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the client went away or sent garbage: drop the connection
+        except asyncio.CancelledError:
+            # Only aclose() (or loop shutdown) cancels these tasks. Ending normally
+            # keeps Python 3.11's stream callback from logging the cancellation.
+            pass
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; False when the connection should close."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False  # a clean close between requests
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            await self._send(writer, 400, b'{"error":{"message":"bad request line"}}', close=True)
+            return False
+        method, target, version = parts
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            body = await _read_chunked(reader)
+        else:
+            length = int(headers.get("content-length", "0") or 0)
+            if length > MAX_BODY:
+                await self._send(writer, 413, b'{"error":{"message":"too large"}}', close=True)
+                return False
+            body = await reader.readexactly(length) if length else b""
+        path = target.split("?", 1)[0].rstrip("/")
+        if method == "POST" and path.endswith("/chat/completions"):
+            await self._chat(body, reader, writer, close=not keep_alive)
+        elif method == "GET" and path.endswith("/models"):
+            listing = {
+                "object": "list",
+                "data": [{"id": "scripted", "object": "model", "owned_by": "reactq"}],
+            }
+            await self._send(writer, 200, json.dumps(listing).encode(), close=not keep_alive)
+        else:
+            error = {"error": {"message": f"no route for {method} {path}", "code": "not_found"}}
+            await self._send(writer, 404, json.dumps(error).encode(), close=not keep_alive)
+        return keep_alive
+
+    async def _chat(
+        self,
+        body: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        close: bool,
+    ) -> None:
+        try:
+            request = json.loads(body)
+            if not isinstance(request, dict):
+                raise ValueError("the body is not a JSON object")
+        except ValueError as exc:
+            error = {"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request"}}
+            await self._send(writer, 400, json.dumps(error).encode(), close=close)
+            return
+        self.request_count += 1
+        self.requests.append(request)
+        if len(self.requests) > self.max_requests:
+            del self.requests[: len(self.requests) - self.max_requests]
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        try:
+            result = self.handler(request)
+            reply = await result if inspect.isawaitable(result) else result
+        except Exception as exc:  # a broken handler is the test's bug: say so as a 500
+            error = {"error": {"message": f"handler raised {type(exc).__name__}: {exc}"}}
+            await self._send(writer, 500, json.dumps(error).encode(), close=close)
+            return
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if not reply.is_completion:
+            assert reply.body is not None
+            await self._send(
+                writer, reply.status, reply.body, reply.content_type, reply.headers, close=close
+            )
+        elif request.get("stream"):
+            await self._stream(reader, writer, reply, request, close=close)
+        else:
+            payload = json.dumps(completion_body(reply, request), ensure_ascii=False).encode()
+            await self._send(writer, reply.status, payload, headers=reply.headers, close=close)
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: tuple[tuple[str, str], ...] = (),
+        *,
+        close: bool = False,
+    ) -> None:
+        head = _head(status, content_type, headers, close) + f"Content-Length: {len(body)}\r\n\r\n"
+        writer.write(head.encode("latin-1") + body)
+        await writer.drain()
+
+    async def _stream(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        reply: Reply,
+        request: Mapping[str, Any],
+        *,
+        close: bool,
+    ) -> None:
+        head = _head(reply.status, "text/event-stream", reply.headers, close)
+        writer.write(
+            (head + "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+        )
+        events = [json.dumps(c, ensure_ascii=False) for c in stream_chunks(reply, request)]
+        for sent, data in enumerate([*events, "[DONE]"]):
+            if sent == reply.cut_after:
+                # A stream cut mid-way: the connection drops without the closing chunk.
+                raise ConnectionResetError("scripted cut")
+            if sent == reply.stall_after:
+                await self._await_hangup(reader)
+                return
+            if sent and reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            frame = f"data: {data}\n\n".encode()
+            # One HTTP chunk per SSE event, flushed, so the client really sees fragments.
+            writer.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def _await_hangup(self, reader: asyncio.StreamReader) -> None:
+        while await reader.read(4096):
+            pass
+        self.streams_abandoned += 1
+        raise ConnectionResetError("the client hung up mid-stream")
+
+
+def _head(status: int, content_type: str, headers: tuple[tuple[str, str], ...], close: bool) -> str:
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}", f"Content-Type: {content_type}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    lines.append("Connection: close" if close else "Connection: keep-alive")
+    return "\r\n".join(lines) + "\r\n"
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")  # the empty trailer
+            return bytes(body)
+        body += await reader.readexactly(size)
+        await reader.readexactly(2)
+        if len(body) > MAX_BODY:
+            raise ConnectionError("chunked body too large")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve ``demo_model`` until interrupted (``--port``, ``--latency``, ``--host``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m worker.agent.llm.scripted_server",
+        description="An offline OpenAI-compatible endpoint answering with the demo model.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        async with ScriptedServer(
+            demo_model, latency=args.latency, host=args.host, port=args.port
+        ) as server:
+            print(
+                f"scripted OpenAI-compatible server (demo model) on {server.base_url}", flush=True
+            )
+            await stop.wait()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

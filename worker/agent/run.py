@@ -1,0 +1,352 @@
+"""One run of the loop: the step machine behind ``AgentLoop.run``.
+
+Each iteration asks the model once (plus at most one retry with a reminder),
+then either ends with the answer or runs the step's tools. The run checks the
+cancel handle between steps and races it against every model call, and checks
+the budget after every model call, so a run that must stop makes no further
+tool or model call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from shared.bus import TurnEmitter
+from shared.errors import (
+    BudgetExceededError,
+    EmptyResponseError,
+    LLMError,
+    ParserError,
+    ReactqError,
+)
+from shared.events import DeltaEvent, ErrorEvent, ThoughtEvent, UsageEvent
+from shared.messages import ChatMessage, ToolCall
+from shared.turns import TurnStatus
+from worker.agent.cancel import CancelSignal, RunCancelled
+from worker.agent.interventions import call_hook
+from worker.agent.llm.base import LLMResponse
+from worker.agent.parsers import ParsedStep
+from worker.agent.results import OBSERVATION_PREFIX, fit_context
+from worker.agent.tools import ToolContext
+from worker.agent.usage import UsageMeter
+
+if TYPE_CHECKING:
+    from worker.agent.loop import AgentLoop, RunResult
+
+__all__ = ["TRUNCATION_MARK", "WRAP_UP_PROMPT"]
+
+TRUNCATION_MARK = "\n\n[The answer was cut off: it reached the output token limit.]"
+WRAP_UP_PROMPT = (
+    "You have used every step you are allowed. Do not call any tool. Using what you "
+    "have learned so far, give your best final answer now."
+)
+
+
+class _Deltas:
+    """Coalesces streamed text into ``delta`` events: at most one per ``interval`` seconds."""
+
+    __slots__ = ("buffer", "emitter", "interval", "last")
+
+    def __init__(self, emitter: TurnEmitter, interval: float) -> None:
+        self.emitter = emitter
+        self.interval = interval
+        self.buffer: list[str] = []
+        self.last = time.monotonic()
+
+    async def add(self, text: str) -> None:
+        self.buffer.append(text)
+        if time.monotonic() - self.last >= self.interval:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self.buffer:
+            text, self.buffer = "".join(self.buffer), []
+            await self.emitter.emit(DeltaEvent, text=text)
+        self.last = time.monotonic()
+
+
+class Run:
+    """The state of one ``AgentLoop.run`` call."""
+
+    def __init__(
+        self,
+        loop: AgentLoop,
+        emitter: TurnEmitter,
+        context: ToolContext | None,
+        cancel: CancelSignal | None,
+    ) -> None:
+        self.loop = loop
+        self.emitter = emitter
+        self.turn_id = emitter.turn_id
+        self.context = context or ToolContext(
+            session_id=emitter.session_id, turn_id=emitter.turn_id, attempt=emitter.attempt
+        )
+        self.cancel = cancel
+        self.meter = UsageMeter(loop.price, loop.max_total_tokens, loop.max_cost)
+        self.new: list[ChatMessage] = []
+        self.wire: list[dict[str, Any]] = []
+        self.seen: dict[tuple[str, str], int] = {}
+        self.iteration = 0
+        self.step_size = 1
+
+    async def execute(self, messages: list[ChatMessage]) -> RunResult:
+        """Run to the end; returns the result (only CancelledError escapes)."""
+        loop = self.loop
+        self.wire = [*loop.prefix, *(m.to_openai() for m in messages)]
+        native = loop.mode.native
+        try:
+            for self.iteration in range(1, loop.max_iterations + 1):
+                if self.cancel is not None and self.cancel.is_set():
+                    return self._end(TurnStatus.CANCELLED, loop.cancelled_message)
+                response = await self._ask(loop.tools)
+                done = await (self._native_step(response) if native else self._text_step(response))
+                if done is not None:
+                    return done
+            return await self._wrap_up()
+        except RunCancelled:
+            return self._end(TurnStatus.CANCELLED, loop.cancelled_message)
+        except _OverBudget as over:
+            return await self._over_budget(over.which)
+        except (LLMError, ParserError, EmptyResponseError) as exc:
+            return await self.fail(exc)
+
+    # -- steps ----------------------------------------------------------------------
+
+    async def _native_step(self, response: LLMResponse) -> RunResult | None:
+        if not response.tool_calls and not (response.content or "").strip():
+            response = await self._retry(
+                response, self.loop.mode.retry_reminder.format(error="empty answer")
+            )
+            if not response.tool_calls and not (response.content or "").strip():
+                raise EmptyResponseError("the model answered nothing, twice")
+        if not response.tool_calls:
+            return self._complete(response.content or "", response.truncated)
+        calls = response.tool_calls
+        self._add(
+            ChatMessage(
+                role="assistant",
+                content=response.content or None,
+                tool_calls=calls,
+                turn_id=self.turn_id,
+            )
+        )
+        if response.content and response.content.strip():
+            await self.emitter.emit(ThoughtEvent, text=response.content)
+        outputs = await self._tools(calls, response.truncated)
+        for call, output in zip(calls, outputs, strict=True):
+            self._add(
+                ChatMessage(
+                    role="tool",
+                    content=output,
+                    tool_call_id=call.id,
+                    name=call.name,
+                    turn_id=self.turn_id,
+                )
+            )
+        self.step_size = len(calls) + 1
+        return None
+
+    async def _text_step(self, response: LLMResponse) -> RunResult | None:
+        step = self._parse(response)
+        if isinstance(step, ParserError):
+            response = await self._retry(
+                response, self.loop.mode.retry_reminder.format(error=step.message)
+            )
+            step = self._parse(response)
+            if isinstance(step, ParserError):
+                raise step
+        if step.final is not None:
+            return self._complete(step.final, response.truncated)
+        raw = response.content or ""
+        self._add(ChatMessage(role="assistant", content=raw, turn_id=self.turn_id))
+        if step.thought:
+            await self.emitter.emit(ThoughtEvent, text=step.thought)
+        name = step.tool or ""
+        call = ToolCall(
+            id=f"{self.loop.mode.mode.value}_{self.iteration}",
+            name=name,
+            arguments=json.dumps(step.args, ensure_ascii=False),
+        )
+        (output,) = await self._tools([call], response.truncated)
+        text = f"{OBSERVATION_PREFIX} ({name}): {output}"
+        self._add(ChatMessage(role="user", content=text, turn_id=self.turn_id))
+        self.step_size = 2
+        return None
+
+    def _parse(self, response: LLMResponse) -> ParsedStep | ParserError:
+        assert self.loop.mode.parser is not None
+        try:
+            return self.loop.mode.parser.parse(response.content or "")
+        except ParserError as exc:
+            return exc
+
+    async def _tools(self, calls: list[ToolCall], truncated: bool) -> list[str]:
+        self._check_stop()
+        return await self.loop.executor.run_step(
+            calls,
+            self.emitter,
+            self.context,
+            iteration=self.iteration,
+            seen=self.seen,
+            truncated=truncated,
+        )
+
+    async def _retry(self, failed: LLMResponse, reminder: str) -> LLMResponse:
+        """Ask once more with a reminder; neither the failed answer nor it is kept."""
+        extra: list[dict[str, Any]] = []
+        if (failed.content or "").strip():
+            extra.append({"role": "assistant", "content": failed.content})
+        extra.append({"role": "user", "content": reminder})
+        return await self._ask(self.loop.tools, extra)
+
+    async def _wrap_up(self) -> RunResult:
+        loop = self.loop
+        if not loop.wrap_up:
+            return self._end(TurnStatus.MAX_ITERATIONS, loop.fallback_message)
+        try:
+            response = await self._ask(None, [{"role": "user", "content": WRAP_UP_PROMPT}])
+        except LLMError:
+            return self._end(TurnStatus.MAX_ITERATIONS, loop.fallback_message)
+        text = response.content or ""
+        if loop.mode.parser is not None:
+            step = self._parse(response)
+            if isinstance(step, ParsedStep) and step.final is not None:
+                text = step.final
+        if not text.strip():
+            return self._end(TurnStatus.MAX_ITERATIONS, loop.fallback_message)
+        if response.truncated:
+            text += TRUNCATION_MARK
+        return self._end(TurnStatus.MAX_ITERATIONS, text)
+
+    # -- the model call -------------------------------------------------------------
+
+    async def _ask(
+        self, tools: list[dict[str, Any]] | None, extra: list[dict[str, Any]] | None = None
+    ) -> LLMResponse:
+        loop = self.loop
+        self._check_stop()
+        wire = self.wire if extra is None else [*self.wire, *extra]
+        if loop.context_budget is not None:
+            wire = fit_context(wire, loop.context_budget, protect=self.step_size + len(extra or ()))
+        hooks = loop.hooks
+        if hooks is not None:
+            await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
+        deltas = _Deltas(self.emitter, loop.delta_interval) if loop.stream else None
+        call = loop.llm.complete(
+            wire,
+            model=loop.model,
+            tools=tools,
+            stream=loop.stream,
+            options=loop.options,
+            on_delta=deltas.add if deltas is not None else None,
+        )
+        try:
+            response = await (call if self.cancel is None else self.cancel.guard(call))
+        except (LLMError, RunCancelled) as exc:
+            if hooks is not None:
+                await call_hook(
+                    hooks, "on_llm_end", iteration=self.iteration, response=None, error=exc
+                )
+            raise
+        if deltas is not None:
+            await deltas.flush()
+        if hooks is not None:
+            await call_hook(
+                hooks, "on_llm_end", iteration=self.iteration, response=response, error=None
+            )
+        await self._count(response)
+        return response
+
+    async def _count(self, response: LLMResponse) -> None:
+        usage = response.usage
+        truncated = response.truncated
+        if not usage and not truncated:
+            return
+        cost = self.meter.add(usage)
+        await self.emitter.emit(
+            UsageEvent,
+            prompt_tokens=usage.get("prompt_tokens", 0),
+            completion_tokens=usage.get("completion_tokens", 0),
+            total_tokens=usage.get("total_tokens", 0),
+            cost=cost,
+            finish_reason=response.finish_reason,
+            truncated=truncated,
+        )
+
+    def _check_stop(self) -> None:
+        """Raise before a model or tool call the run may no longer make."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise RunCancelled
+        which = self.meter.exceeded()
+        if which is not None:
+            raise _OverBudget(which)
+
+    async def _over_budget(self, which: str) -> RunResult:
+        error = BudgetExceededError(
+            f"the run went over its {which} budget; it was stopped before any further call",
+            budget=which,
+            usage=dict(self.meter.totals),
+            cost=self.meter.cost,
+        )
+        await self._report(error)
+        return self._end(TurnStatus.BUDGET_EXCEEDED, self.loop.budget_message, error)
+
+    # -- endings --------------------------------------------------------------------
+
+    def _add(self, message: ChatMessage) -> None:
+        self.new.append(message)
+        self.wire.append(message.to_openai())
+
+    def _complete(self, text: str, truncated: bool) -> RunResult:
+        if truncated:
+            text += TRUNCATION_MARK
+        return self._end(TurnStatus.COMPLETED, text, keep=True)
+
+    async def fail(self, error: ReactqError) -> RunResult:
+        """End in ERROR: report it (if the bus still works) and return the fallback."""
+        await self._report(error)
+        return self._end(TurnStatus.ERROR, self.loop.error_fallback_message, error)
+
+    async def _report(self, error: ReactqError) -> None:
+        context = {"iteration": self.iteration, "model": self.loop.model, **error.details}
+        try:
+            await self.emitter.emit(
+                ErrorEvent, code=error.code, message=error.message or str(error), context=context
+            )
+        except Exception:  # the bus is what failed; the result still says why
+            pass
+
+    def _end(
+        self, status: TurnStatus, text: str, error: ReactqError | None = None, keep: bool = False
+    ) -> RunResult:
+        from worker.agent.loop import RunResult
+
+        if not keep:
+            # Keep the history valid for the next turn: every tool call answered.
+            self.new = _answered_prefix(self.new)
+        self.new.append(ChatMessage(role="assistant", content=text, turn_id=self.turn_id))
+        return RunResult(status, text, self.new, self.meter.totals, error, self.meter.cost)
+
+
+class _OverBudget(Exception):
+    """Internal: a budget is spent; ``which`` names it."""
+
+    def __init__(self, which: str) -> None:
+        super().__init__(which)
+        self.which = which
+
+
+def _answered_prefix(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The longest prefix in which every assistant tool call has its tool result."""
+    valid = 0
+    pending: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.role == "assistant" and message.tool_calls:
+            pending = {c.id for c in message.tool_calls}
+        elif message.role == "tool":
+            pending.discard(message.tool_call_id or "")
+        if not pending:
+            valid = index + 1
+    return messages[:valid]

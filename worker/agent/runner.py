@@ -1,0 +1,129 @@
+"""AgentRunner: one turn, end to end — load history, run the loop, commit, final.
+
+Every turn ends with exactly one ``final`` event, emitted after the commit, so a
+subscriber that sees ``final`` can read the committed history. The one exception
+is a lost lease (``StaleLeaseError`` at commit): the new lease holder owns the
+turn now, so this worker re-raises and emits nothing more.
+
+A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
+``cancelled`` and the session's history is as it was before the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from shared.bus import TurnEmitter
+from shared.errors import AgentMismatchError, ReactqError, StaleLeaseError
+from shared.events import ErrorEvent, FinalEvent
+from shared.messages import ChatMessage
+from shared.state.base import StateStore, TurnRecord
+from shared.turns import TurnStatus
+from worker.agent.cancel import CancelHandle, CancelSignal
+from worker.agent.loop import AgentLoop
+from worker.agent.tools import ToolContext
+
+__all__ = ["AgentRunner"]
+
+
+class AgentRunner:
+    """Runs turns of one agent against a state store."""
+
+    def __init__(self, loop: AgentLoop, store: StateStore, agent_name: str) -> None:
+        self.loop = loop
+        self.store = store
+        self.agent_name = agent_name
+
+    async def run_turn(
+        self,
+        *,
+        session_id: str,
+        message: str,
+        turn_id: str,
+        emitter: TurnEmitter,
+        fence: int | None = None,
+        cancel: CancelHandle | None = None,
+    ) -> FinalEvent:
+        """Run one turn and return its (already emitted) final event.
+
+        ``cancel`` (an ``asyncio.Event`` or a zero-argument callable returning
+        True) stops the turn between steps or mid-model-call; the final then has
+        status ``cancelled`` and nothing is committed. Raises StaleLeaseError if
+        the commit is refused because a newer lease exists (no final is emitted
+        then), and re-raises CancelledError (the caller decides whether a
+        cancelled task is final or re-run).
+        """
+        cost: float | None = None
+        signal = CancelSignal(cancel) if cancel is not None else None
+        try:
+            if signal is not None and signal.is_set():
+                return await emitter.emit(
+                    FinalEvent,
+                    text=self.loop.cancelled_message,
+                    status=TurnStatus.CANCELLED,
+                    usage={},
+                )
+            info = await self.store.ensure_session(session_id, self.agent_name)
+            if info.agent != self.agent_name:
+                mismatch = AgentMismatchError(
+                    f"session {session_id!r} belongs to agent {info.agent!r}, not "
+                    f"{self.agent_name!r}; use a new session id to talk to {self.agent_name!r}",
+                    session_agent=info.agent,
+                    agent=self.agent_name,
+                )
+                await self._emit_error(emitter, mismatch)
+                return await emitter.emit(
+                    FinalEvent, text=mismatch.message, status=TurnStatus.REJECTED, usage={}
+                )
+            history = await self.store.get_messages(session_id)
+            user = ChatMessage(role="user", content=message, turn_id=turn_id)
+            context = ToolContext(session_id=session_id, turn_id=turn_id, attempt=emitter.attempt)
+            result = await self.loop.run([*history, user], emitter, context=context, cancel=cancel)
+            if result.status is TurnStatus.CANCELLED:
+                return await emitter.emit(
+                    FinalEvent,
+                    text=result.text,
+                    status=result.status,
+                    usage=result.usage,
+                    cost=result.cost,
+                )
+            produced = [
+                m if m.turn_id == turn_id else m.model_copy(update={"turn_id": turn_id})
+                for m in result.messages
+            ]
+            record = TurnRecord(
+                turn_id=turn_id,
+                session_id=session_id,
+                status=result.status,
+                attempt=emitter.attempt,
+                final_text=result.text,
+                error=result.error.code if result.error is not None else None,
+            )
+            await self.store.commit_turn(session_id, [user, *produced], record, fence=fence)
+            text, status, usage, cost = result.text, result.status, result.usage, result.cost
+        except (StaleLeaseError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            error = (
+                exc
+                if isinstance(exc, ReactqError)
+                else ReactqError(f"the turn failed: {type(exc).__name__}: {exc}")
+            )
+            await self._emit_error(emitter, error)
+            text, status, usage = self.loop.error_fallback_message, TurnStatus.ERROR, {}
+        # Outside the try: if the bus cannot take the final, retrying here could
+        # publish it twice; the caller sees the exception instead.
+        return await emitter.emit(FinalEvent, text=text, status=status, usage=usage, cost=cost)
+
+    async def _emit_error(self, emitter: TurnEmitter, error: ReactqError) -> None:
+        try:
+            await emitter.emit(
+                ErrorEvent,
+                code=error.code,
+                message=error.message or str(error),
+                context={"agent": self.agent_name, **error.details},
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the bus itself failed; the final will try once more
+            pass

@@ -1,0 +1,15 @@
+"""Tools: typed functions the model can call, and the registry that holds them."""
+
+from worker.agent.tools.base import Tool, ToolArgumentsError, ToolContext, tool
+from worker.agent.tools.registry import Registry
+
+__all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
+    # defining tools
+    "Tool",
+    "ToolContext",
+    "tool",
+    # errors
+    "ToolArgumentsError",
+    # collections
+    "Registry",
+]

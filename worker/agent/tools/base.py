@@ -1,0 +1,260 @@
+"""``@tool``: a typed Python function the model can call.
+
+The function's signature is the contract: its type hints become the JSON Schema
+the model sees, and the same pydantic model validates the arguments the model
+sends before the function runs. A parameter annotated ``ToolContext`` is filled
+in by the loop and never shown to the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from shared.errors import ToolError
+
+__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_EMPTY_CODE = (lambda: None).__code__
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the call it serves (inject it by annotation)."""
+
+    session_id: str = ""
+    """The conversation the call belongs to."""
+    turn_id: str = ""
+    """The turn; with ``attempt`` it lets a tool make its side effects idempotent."""
+    attempt: int = 1
+    """Which run of the turn (a turn is re-run after a lost worker)."""
+
+
+class ToolArgumentsError(ToolError):
+    """The model's arguments do not fit the tool's schema."""
+
+    code = "invalid_arguments"
+
+
+class Tool:
+    """A callable the model can use: name, description, JSON Schema and ``call``."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        writes: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.writes = bool(writes)
+        """True when the tool changes something: it then runs alone, never alongside others."""
+        self.name: str = name or fn.__name__
+        if not TOOL_NAME_RE.match(self.name):
+            raise ValueError(
+                f"tool name {self.name!r} is invalid: use 1-64 characters from [A-Za-z0-9_-]"
+            )
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"tool {self.name!r}: timeout must be > 0 or None, got {timeout!r}")
+        self.description: str = description or _first_paragraph(inspect.getdoc(fn)) or ""
+        self.timeout: float | None = timeout
+        self._is_async = inspect.iscoroutinefunction(fn)
+        self._args_model, self._context_params = _arguments_model(fn, self.name)
+        self.parameters: dict[str, Any] = _clean_schema(self._args_model.model_json_schema())
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function directly (no validation), as if undecorated."""
+        return self.fn(*args, **kwargs)
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool in the Chat Completions ``tools`` format."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments for the function; raises ToolArgumentsError."""
+        try:
+            model = self._args_model.model_validate(args)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self.name!r}: {problems}", tool=self.name
+            ) from None
+        # Attribute access (not model_dump) keeps nested models and dataclasses as objects.
+        return {
+            field.alias or key: getattr(model, key)
+            for key, field in type(model).model_fields.items()
+        }
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext | None = None) -> Any:
+        """Validate ``args`` and run the function (sync functions run in a thread)."""
+        kwargs = self.validate(args)
+        for param in self._context_params:
+            kwargs[param] = ctx if ctx is not None else ToolContext()
+        if self._is_async:
+            return await self.fn(**kwargs)
+        # A thread, so a blocking tool does not stall every other turn on the loop.
+        result = await asyncio.to_thread(self.fn, **kwargs)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+@overload
+def tool(fn: F, /) -> Tool: ...
+@overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    writes: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    writes: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a Tool; use as ``@tool`` or ``@tool(name=..., timeout=..., writes=True)``.
+
+    Consecutive calls of read-only tools in one step run concurrently; a tool
+    marked ``writes=True`` runs alone, in the order the model asked.
+
+    The description defaults to the docstring's first paragraph; parameter
+    descriptions come from ``Annotated[T, Field(description=...)]`` or from an
+    ``Args:`` section of the docstring.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, timeout=timeout, writes=writes)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _first_paragraph(doc: str | None) -> str:
+    if not doc:
+        return ""
+    return " ".join(doc.strip().split("\n\n", 1)[0].split())
+
+
+def _arg_docs(doc: str | None) -> dict[str, str]:
+    """Parameter descriptions from a Google-style ``Args:`` section."""
+    out: dict[str, str] = {}
+    if not doc:
+        return out
+    match = re.search(r"^(?:Args|Arguments|Parameters):\s*\n((?:[ \t]+.*\n?|\s*\n)+)", doc, re.M)
+    if not match:
+        return out
+    for line in match.group(1).splitlines():
+        m = re.match(r"\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def _arguments_model(fn: Callable[..., Any], tool_name: str) -> tuple[type[BaseModel], list[str]]:
+    """A pydantic model of the function's parameters, and the ToolContext parameters."""
+    signature = inspect.signature(fn)
+    # Only the parameters matter: a return annotation naming a type that cannot
+    # be resolved here (a local class, a TYPE_CHECKING import) must not break it.
+    params_only: Any = fn
+    if inspect.isfunction(fn):
+        params_only = types.FunctionType(_EMPTY_CODE, fn.__globals__)  # same globals, no closure
+        params_only.__annotations__ = {
+            k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "return"
+        }
+    try:
+        hints = typing.get_type_hints(params_only, include_extras=True)
+    except Exception as exc:  # unresolvable forward references
+        raise ValueError(f"tool {tool_name!r}: cannot resolve type hints: {exc}") from exc
+    docs = _arg_docs(inspect.getdoc(fn))
+    fields: dict[str, Any] = {}
+    context_params: list[str] = []
+    for index, (pname, param) in enumerate(signature.parameters.items()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ValueError(
+                f"tool {tool_name!r}: *args/**kwargs cannot be described to the model; "
+                f"declare each parameter"
+            )
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ValueError(f"tool {tool_name!r}: positional-only parameter {pname!r}")
+        annotation = hints.get(pname, Any)
+        if _is_context(annotation):
+            context_params.append(pname)
+            continue
+        default = ... if param.default is param.empty else param.default
+        # Internal field names avoid clashes with BaseModel attributes ("schema",
+        # "json", leading underscores); the alias is what the model sees.
+        # Only pass a description we have: an explicit None would override one
+        # given through Annotated[T, Field(description=...)].
+        info = (
+            Field(default, alias=pname, description=docs[pname])
+            if pname in docs
+            else Field(default, alias=pname)
+        )
+        fields[f"p{index}"] = (annotation, info)
+    model = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True),
+        **fields,
+    )
+    return model, context_params
+
+
+def _is_context(annotation: Any) -> bool:
+    """True for ``ToolContext``, ``ToolContext | None`` and ``Annotated[ToolContext, ...]``."""
+    if annotation is ToolContext:
+        return True
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return bool(args) and all(a is ToolContext for a in args)
+    return False
+
+
+def _clean_schema(schema: Any, in_properties: bool = False) -> Any:
+    """Drop pydantic's auto ``title`` keys (noise to the model), keeping properties named so."""
+    if isinstance(schema, dict):
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            if key == "title" and not in_properties and isinstance(value, str):
+                continue
+            out[key] = _clean_schema(value, in_properties=key in ("properties", "$defs"))
+        return out
+    if isinstance(schema, list):
+        return [_clean_schema(v) for v in schema]
+    return schema

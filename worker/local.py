@@ -1,0 +1,57 @@
+"""The embedded mode: run turns in-process, no broker, no Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+from shared.bus import MemoryEventBus, TurnEmitter
+from shared.events import FinalEvent, StartedEvent
+from shared.settings import Settings
+from shared.state import open_store
+from shared.turns import new_turn_id, validate_message, validate_session_id
+from worker.agent.runner import AgentRunner
+from worker.definitions import Agent
+
+
+async def run_local_turn(
+    settings: Settings, agent: Agent, session_id: str, message: str, *, as_json: bool = False
+) -> FinalEvent:
+    """Run one turn of ``agent`` in this process on the configured state store.
+
+    Events are printed as they happen (one JSON object per line with ``as_json``).
+    """
+    from producer.render import render
+
+    validate_session_id(session_id)
+    validate_message(message, settings.max_message_bytes)
+    bus = MemoryEventBus()
+    store = await open_store(settings.database_url)
+    llm = agent.build_llm()
+    try:
+        runner = AgentRunner(agent.build_loop(llm), store, agent.name)
+        turn_id = new_turn_id()
+        stream = bus.subscribe(session_id, after="0")
+
+        async def show() -> None:
+            async for event in stream:
+                if as_json:
+                    print(event.model_dump_json(), flush=True)
+                else:
+                    line = render(event)
+                    if line:
+                        print(line, flush=True)
+                if event.type == "final":
+                    return
+
+        printer = asyncio.create_task(show())
+        emitter = TurnEmitter(bus, session_id, turn_id)
+        await emitter.emit(StartedEvent, worker="in-process")
+        final = await runner.run_turn(
+            session_id=session_id, message=message, turn_id=turn_id, emitter=emitter
+        )
+        await asyncio.wait_for(printer, 10)
+        return final
+    finally:
+        await llm.aclose()
+        await store.close()
+        await bus.close()
