@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,postgres]'
+	$(BIN)/pip install --quiet -e '.[dev,postgres,gateway]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -10,15 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from producer.cli_state import STATE_HANDLERS, add_state_commands
 from shared.errors import ReactqError
 from shared.events import FinalEvent
 from shared.turns import MultitaskStrategy, TurnStatus
 
 WORKER_COMMANDS = ("worker", "run", "demo")
+GATEWAY_HELP = "go through a reactq gateway over HTTP (key from REACTQ_API_KEY) instead of Redis"
 
 
 def _print_event(event: Any, as_json: bool) -> None:
@@ -32,7 +35,43 @@ def _print_event(event: Any, as_json: bool) -> None:
         print(line, flush=True)
 
 
+async def _send_via_gateway(args: argparse.Namespace) -> int:
+    from producer.gateway_client import GatewayClient
+
+    async with GatewayClient(args.gateway, _client_key()) as client:
+        accepted = await client.submit(
+            args.session, args.message, agent=args.agent, strategy=args.strategy
+        )
+        if args.no_follow:
+            print(accepted.turn_id)
+            return 0
+        final: FinalEvent | None = None
+        async for event in client.stream(accepted.events_url, accepted.turn_id):
+            _print_event(event, args.json)
+            if isinstance(event, FinalEvent):
+                final = event
+        return 0 if final is not None and final.status == TurnStatus.COMPLETED else 1
+
+
+async def _watch_via_gateway(args: argparse.Namespace) -> int:
+    from producer.gateway_client import GatewayClient
+
+    async with GatewayClient(args.gateway, _client_key()) as client:
+        async for event in client.events(args.session, after=args.from_id or "$"):
+            _print_event(event, args.json)
+    return 0
+
+
+def _client_key() -> str | None:
+    from shared.settings import Settings
+
+    key = Settings.from_env().api_key
+    return key.get_secret_value() if key else None
+
+
 async def _send(args: argparse.Namespace) -> int:
+    if args.gateway:
+        return await _send_via_gateway(args)
     from producer.client import Producer
 
     async with Producer.from_env() as producer:
@@ -51,6 +90,8 @@ async def _send(args: argparse.Namespace) -> int:
 
 
 async def _watch(args: argparse.Namespace) -> int:
+    if args.gateway:
+        return await _watch_via_gateway(args)
     from producer.client import Producer
 
     async with Producer.from_env() as producer:
@@ -59,22 +100,44 @@ async def _watch(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cancel(args: argparse.Namespace) -> int:
+    from producer.client import Producer
+
+    async with Producer.from_env() as producer:
+        result = await producer.cancel(args.turn_id)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "turn_id": result.turn_id,
+                    "outcome": result.outcome,
+                    "session_id": result.session_id,
+                    "status": result.status,
+                }
+            )
+        )
+    else:
+        print(f"{result.turn_id}: {result.outcome.replace('_', ' ')}")
+    return 0
+
+
 async def _history(args: argparse.Namespace) -> int:
     from producer.client import Producer
 
     async with Producer.from_env() as producer:
-        messages = await producer.history(args.session)
+        messages = await producer.history(args.session, branch=args.branch)
     for m in messages:
         if args.json:
-            print(m.model_dump_json(exclude_none=True))
+            print(json.dumps({"sequence": m.sequence, **m.model_dump(exclude_none=True)}))
             continue
         if m.tool_calls:
             calls = ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
-            print(f"{m.role:>9}: {m.content + ' ' if m.content else ''}[calls {calls}]")
+            text = f"{m.content} " if m.content else ""
+            print(f"{m.sequence:>4} {m.role:>9}: {text}[calls {calls}]")
         elif m.role == "tool":
-            print(f"{'tool':>9}: {m.name} -> {m.content}")
+            print(f"{m.sequence:>4} {'tool':>9}: {m.name} -> {m.content}")
         else:
-            print(f"{m.role:>9}: {m.content}")
+            print(f"{m.sequence:>4} {m.role:>9}: {m.content}")
     return 0
 
 
@@ -108,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--strategy", default="enqueue", choices=[m.value for m in MultitaskStrategy])
     s.add_argument("--no-follow", action="store_true", help="print the turn id and return")
     s.add_argument("--json", action="store_true", help="one JSON event per line")
+    s.add_argument("--gateway", metavar="URL", help=GATEWAY_HELP)
 
     wa = sub.add_parser("watch", help="follow a session's events (replay with --from)")
     wa.add_argument("session")
@@ -119,10 +183,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay after this event id ('0' for the whole stream)",
     )
     wa.add_argument("--json", action="store_true")
+    wa.add_argument("--gateway", metavar="URL", help=GATEWAY_HELP)
+
+    sv = sub.add_parser("serve", help="run the HTTP gateway (SSE, API keys, OpenAPI, a page)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback address without REACTQ_API_KEYS",
+    )
+    sv.add_argument("--loglevel", default="info")
+
+    c = sub.add_parser("cancel", help="cancel a queued or running turn")
+    c.add_argument("turn_id")
+    c.add_argument("--json", action="store_true")
 
     h = sub.add_parser("history", help="print a session's conversation")
     h.add_argument("session")
+    h.add_argument("--branch", default=None, help="this branch instead of the active one")
     h.add_argument("--json", action="store_true")
+    add_state_commands(sub)
 
     r = sub.add_parser("run", help="run one turn in-process (no broker; SQLite state)")
     r.add_argument("message")
@@ -144,8 +225,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in WORKER_COMMANDS:
             worker_cli = importlib.import_module("worker.cli")
             code = worker_cli.main(args)
+        elif args.command == "serve":
+            from producer.gateway_serve import serve
+
+            code = serve(args.host, args.port, insecure=args.insecure, log_level=args.loglevel)
         else:
-            handler = {"send": _send, "watch": _watch, "history": _history}[args.command]
+            handler = {
+                "send": _send,
+                "watch": _watch,
+                "history": _history,
+                "cancel": _cancel,
+                **STATE_HANDLERS,
+            }[args.command]
             code = asyncio.run(handler(args))
     except ReactqError as exc:
         print(f"reactq: error: {exc.message} [{exc.code}]", file=sys.stderr)

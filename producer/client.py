@@ -7,20 +7,28 @@ imports ``worker``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from shared.bus import RedisEventBus
-from shared.errors import AgentMismatchError, TurnRejectedError, UnknownAgentError
+from shared.errors import (
+    AgentMismatchError,
+    ConfigError,
+    InvalidTurnError,
+    TurnRejectedError,
+    UnknownAgentError,
+)
 from shared.events import Event, FinalEvent, QueuedEvent
 from shared.keys import Keys
 from shared.messages import ChatMessage
 from shared.sessions import SessionQueue
 from shared.settings import Settings
-from shared.state import StateStore, open_store
+from shared.state import BranchInfo, StateStore, open_store
 from shared.turns import (
     MultitaskStrategy,
     TurnRequest,
@@ -30,6 +38,21 @@ from shared.turns import (
 )
 
 DRAIN_TASK = "reactq.drain"
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What ``Producer.cancel`` did."""
+
+    turn_id: str
+    """The turn asked about."""
+    outcome: str
+    """``cancelled`` (it was queued), ``cancelling`` (it stops at its next step),
+    ``already_finished`` or ``unknown``."""
+    session_id: str | None = None
+    """Its session, when known."""
+    status: TurnStatus | None = None
+    """Its status after the call, when known."""
 
 
 class TurnHandle:
@@ -146,9 +169,13 @@ class Producer:
         """
         validate_session_id(session_id)
         validate_message(message, self.settings.max_message_bytes)
-        strategy = MultitaskStrategy(strategy)
-        if strategy in (MultitaskStrategy.INTERRUPT, MultitaskStrategy.ROLLBACK):
-            raise NotImplementedError(f"strategy {strategy.value!r} is not available yet")
+        try:
+            strategy = MultitaskStrategy(strategy)
+        except ValueError:
+            choices = ", ".join(m.value for m in MultitaskStrategy)
+            raise InvalidTurnError(
+                f"unknown strategy {strategy!r}: use one of {choices}", strategy=str(strategy)
+            ) from None
         if not await self.queue.agent_known(agent):
             raise UnknownAgentError(
                 f"no worker hosts agent {agent!r}: start one with "
@@ -175,6 +202,10 @@ class Producer:
                 f"session {session_id!r} is busy and the strategy is 'reject'",
                 turn_id=turn.turn_id,
             )
+        if outcome.stopped_running:
+            await self._notify_cancel(outcome.stopped_running, strategy.value)
+        for dropped in outcome.dropped_pending:
+            await self._publish_cancelled(session_id, dropped, f"superseded by {turn.turn_id}")
         queued = await self.bus.publish(
             QueuedEvent(session_id=session_id, turn_id=turn.turn_id, agent=agent, message=message)
         )
@@ -201,6 +232,44 @@ class Producer:
             )
         )
 
+    async def cancel(self, turn_id: str) -> CancelResult:
+        """Cancel a turn: a queued one at once, a running one at its next step.
+
+        Cancelling a finished or unknown turn is a no-op that says so; it never
+        raises for those.
+        """
+        session_id = await self.queue.session_of(turn_id)
+        if session_id is None:
+            return CancelResult(turn_id, "unknown")
+        outcome = await self.queue.cancel(session_id, turn_id)
+        if outcome == "dequeued":
+            await self._publish_cancelled(session_id, turn_id, "cancelled before it started")
+            return CancelResult(turn_id, "cancelled", session_id, TurnStatus.CANCELLED)
+        if outcome == "running":
+            await self._notify_cancel(turn_id, "cancel")
+            return CancelResult(turn_id, "cancelling", session_id, TurnStatus.RUNNING)
+        if outcome.startswith("finished:"):
+            status = TurnStatus(outcome.partition(":")[2])
+            return CancelResult(turn_id, "already_finished", session_id, status)
+        return CancelResult(turn_id, "unknown", session_id)
+
+    async def _notify_cancel(self, turn_id: str, mode: str) -> None:
+        """Tell every worker process (one control channel) to stop a running turn."""
+        notice = json.dumps({"op": "cancel", "turn_id": turn_id, "mode": mode})
+        await self.redis.publish(self.keys.control, notice)
+
+    async def _publish_cancelled(self, session_id: str, turn_id: str, why: str) -> None:
+        await self.bus.publish(
+            FinalEvent(
+                session_id=session_id,
+                turn_id=turn_id,
+                attempt=0,
+                seq=1,
+                text=f"cancelled: {why}",
+                status=TurnStatus.CANCELLED,
+            )
+        )
+
     def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
         """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""
         validate_session_id(session_id)
@@ -210,13 +279,60 @@ class Producer:
         """The shared state store (opened on first use)."""
         async with self._store_lock:
             if self._store is None:
-                self._store = await open_store(self.settings.database_url)
+                self._store = await open_store(
+                    self.settings.database_url, namespace=self.settings.namespace
+                )
         return self._store
 
-    async def history(self, session_id: str) -> list[ChatMessage]:
-        """Every message of the session's conversation, oldest first."""
+    async def history(self, session_id: str, branch: str | None = None) -> list[ChatMessage]:
+        """Every message of the session's conversation (its active branch, or
+        ``branch``), oldest first; each carries its 1-based ``sequence``."""
         validate_session_id(session_id)
-        return await (await self.store()).get_messages(session_id)
+        return await (await self.store()).get_messages(session_id, branch)
+
+    async def fork(
+        self,
+        session_id: str,
+        from_sequence: int,
+        *,
+        branch: str | None = None,
+        new_branch: str | None = None,
+        activate: bool = True,
+    ) -> str:
+        """Start a branch keeping messages 1..``from_sequence`` of ``branch`` (the active
+        one by default); it becomes the active branch, so the next turn submitted runs
+        on it ("edit a turn" is fork, then submit). Returns the new branch's id."""
+        validate_session_id(session_id)
+        return await (await self.store()).fork(
+            session_id,
+            from_sequence,
+            branch_id=branch,
+            new_branch_id=new_branch,
+            activate=activate,
+        )
+
+    async def branches(self, session_id: str) -> list[BranchInfo]:
+        """The session's branches, oldest first (which one is active, their lengths)."""
+        validate_session_id(session_id)
+        return await (await self.store()).list_branches(session_id)
+
+    async def switch_branch(self, session_id: str, branch_id: str) -> None:
+        """Make ``branch_id`` the session's active branch (for the turns that start next)."""
+        validate_session_id(session_id)
+        await (await self.store()).switch_branch(session_id, branch_id)
+
+    async def turn_events(self, turn_id: str) -> list[Event]:
+        """Every event of a turn (all attempts) from the audit log, long after its Redis
+        stream expired. Needs a SQL state store (the audit log lives beside it)."""
+        from shared.audit import audit_sink_for
+
+        sink = audit_sink_for(await self.store())
+        if sink is None:
+            raise ConfigError(
+                "the audit log lives in a SQL database: set REACTQ_DATABASE_URL to "
+                "sqlite+aiosqlite://... or postgresql+asyncpg://..."
+            )
+        return await sink.turn_events(turn_id)
 
     async def turn_status(self, turn_id: str) -> TurnStatus | None:
         """The status of a recent turn, or None if Redis does not know it."""

@@ -14,6 +14,9 @@
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
     ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
+    ├── BranchError                  branch_error      (also a ValueError: bad branch id, a fork
+    │   │                                               point out of range, a duplicate branch)
+    │   └── BranchNotFoundError      branch_not_found  (the session has no such branch)
     ├── LLMError                     llm_error
     │   ├── LLMConnectionError       llm_connection
     │   ├── LLMRateLimitError        llm_rate_limited
@@ -25,6 +28,9 @@
     │   │   ├── LLMErrorEnvelopeError llm_error_envelope (a 200 carrying {"error": ...})
     │   │   └── LLMNoChoicesError    llm_no_choices    (a 200 with no choices)
     │   └── LLMStreamCutError        llm_stream_cut    (the stream ended before it finished)
+    ├── MCPError                     mcp_error         (an MCP server could not be reached or
+    │                                                   spoke nonsense; a tool error mid-run)
+    ├── SkillError                   skill_error       (a skill that is malformed or refused)
     ├── AgentRunError                agent_run_error   (why a run stopped early)
     │   ├── ParserError              parser_error      (JSON/PROSE output unparseable twice)
     │   ├── EmptyResponseError       empty_response    (NATIVE: nothing, twice)
@@ -131,6 +137,18 @@ class SessionNotFoundError(ReactqError):
     code = "session_not_found"
 
 
+class BranchError(ReactqError, ValueError):
+    """A branch operation was refused: a bad or duplicate branch id, a fork point out of range."""
+
+    code = "branch_error"
+
+
+class BranchNotFoundError(BranchError):
+    """The session has no branch of that id."""
+
+    code = "branch_not_found"
+
+
 class LLMError(ReactqError):
     """The model endpoint failed; subclasses classify how."""
 
@@ -195,6 +213,18 @@ class LLMStreamCutError(LLMConnectionError):
     """A streamed answer stopped before its end (the connection dropped mid-way)."""
 
     code = "llm_stream_cut"
+
+
+class MCPError(ReactqError):
+    """An MCP server could not be started, reached or understood (transport, handshake)."""
+
+    code = "mcp_error"
+
+
+class SkillError(ReactqError):
+    """A skill directory or its SKILL.md is invalid, or a skill file was refused."""
+
+    code = "skill_error"
 
 
 class AgentRunError(ReactqError):

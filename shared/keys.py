@@ -50,6 +50,14 @@ class Keys:
         """The session's fencing-token counter (INCR)."""
         return self._s(session_id, "fence")
 
+    def cancel_prefix(self, session_id: str) -> str:
+        """Prefix of the session's per-turn cancel flags."""
+        return self._s(session_id, "cancel:")
+
+    def cancel_flag(self, session_id: str, turn_id: str) -> str:
+        """Set (with a TTL) when a turn is asked to stop; holds the mode."""
+        return self.cancel_prefix(session_id) + turn_id
+
     def turn_index(self, turn_id: str) -> str:
         """turn_id -> session_id, so a turn can be found by its id alone."""
         return f"{self.namespace}:turn:{turn_id}"

@@ -39,6 +39,8 @@ class ChatMessage(BaseModel):
     """The call a tool result answers."""
     turn_id: str | None = Field(default=None, exclude=True)
     """The turn that produced it (stored, never sent to the model)."""
+    sequence: int | None = Field(default=None, exclude=True)
+    """Its 1-based position in its branch's history, as read from a store (never sent)."""
 
     def to_openai(self) -> dict[str, Any]:
         """The message in the Chat Completions wire format."""

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from shared.errors import ConfigError
 
+# Settings whose env var holds a comma-separated list.
+_LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins"})
+
 
 class Settings(BaseModel):
     """reactq's configuration. Build it with ``Settings.from_env()``."""
@@ -31,6 +34,8 @@ class Settings(BaseModel):
         "sqlite+aiosqlite:///.reactq/state.db", json_schema_extra={"env": "REACTQ_DATABASE_URL"}
     )
     """The shared state store (SQLAlchemy async URL)."""
+    audit: bool = Field(True, json_schema_extra={"env": "REACTQ_AUDIT"})
+    """Record every event of every turn in the SQL state database's audit log."""
     agents: list[str] = Field(default_factory=list, json_schema_extra={"env": "REACTQ_AGENTS"})
     """Agents a worker hosts, as module[:attr] (comma-separated in the env)."""
     namespace: str = Field(
@@ -73,6 +78,28 @@ class Settings(BaseModel):
         30 * 86400, gt=0, json_schema_extra={"env": "REACTQ_SESSION_META_TTL_SECONDS"}
     )
     """How long Redis remembers a session's agent after its last turn."""
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, json_schema_extra={"env": "REACTQ_API_KEYS"}
+    )
+    """Keys the gateway accepts as ``Authorization: Bearer`` (comma-separated in the env)."""
+    api_key: SecretStr | None = Field(None, json_schema_extra={"env": "REACTQ_API_KEY"})
+    """The key a client (``reactq send --gateway``) presents to a gateway."""
+    cors_origins: list[str] = Field(
+        default_factory=list, json_schema_extra={"env": "REACTQ_CORS_ORIGINS"}
+    )
+    """Origins browsers may call the gateway from (comma-separated; none by default)."""
+    max_request_bytes: int = Field(
+        512 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_REQUEST_BYTES"}
+    )
+    """Largest HTTP request body the gateway reads; larger ones get 413 unread."""
+    sse_heartbeat_seconds: float = Field(
+        15.0, gt=0, json_schema_extra={"env": "REACTQ_SSE_HEARTBEAT_SECONDS"}
+    )
+    """An idle event stream gets a comment this often, so proxies keep it open."""
+    sse_client_buffer: int = Field(
+        1000, ge=1, json_schema_extra={"env": "REACTQ_SSE_CLIENT_BUFFER"}
+    )
+    """Events the gateway holds for one slow client before disconnecting it (it may resume)."""
 
     @property
     def effective_broker_url(self) -> str:
@@ -98,7 +125,7 @@ class Settings(BaseModel):
             raw = environ.get(env)
             if raw is None or raw == "":
                 continue
-            if name == "agents":
+            if name in _LIST_FIELDS:
                 values[name] = [a.strip() for a in raw.split(",") if a.strip()]
             else:
                 values[name] = raw

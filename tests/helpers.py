@@ -121,3 +121,19 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def sleepy_lookup(request: Mapping[str, Any]) -> Reply:
+    """Like ``lookup_then_answer``; a user message ``sleep=S ...`` makes each model call
+    of that turn take S seconds, so tests can act while a turn is in flight."""
+    text = last_user_text(request)
+    delay = 0.0
+    for word in text.split():
+        if word.startswith("sleep="):
+            delay = float(word.removeprefix("sleep="))
+    return lookup_then_answer(request).but(delay=delay)
+
+
+def worker_pid(worker_name: str) -> int:
+    """The pid in a worker name (``reactq-<pid>@host``)."""
+    return int(worker_name.removeprefix("reactq-").partition("@")[0])

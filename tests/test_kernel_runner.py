@@ -55,9 +55,10 @@ class CommitObserver(MemoryStateStore):
         messages: Sequence[ChatMessage],
         record: TurnRecord,
         fence: int | None = None,
+        branch_id: str | None = None,
     ) -> None:
         self.events_at_commit = self.bus.types()
-        await super().commit_turn(session_id, messages, record, fence)
+        await super().commit_turn(session_id, messages, record, fence, branch_id)
 
 
 @tool

@@ -1,73 +1,47 @@
-"""The StateStore contract, run against every backend on real servers."""
+"""The StateStore contract (sessions, appends, turns, fencing, odd text), run against
+every backend on real servers; branching is in test_state_branches.py."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import textwrap
+import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
-from shared.errors import ConfigError, SessionNotFoundError, StaleLeaseError
+from shared.errors import (
+    ConfigError,
+    SchemaVersionError,
+    SessionNotFoundError,
+    StaleLeaseError,
+)
 from shared.messages import ChatMessage, ToolCall
 from shared.state import (
     TRUNK,
     MemoryStateStore,
     SessionInfo,
     StateStore,
-    TurnRecord,
     open_store,
 )
+from shared.state.redis import RedisStateStore
 from shared.state.sql import SqlStateStore
 from shared.state.sql_schema import messages as messages_table
 from shared.turns import TurnStatus
+from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
+    contents,
+    record,
+    shared_url_fixture,
+    sid,
+    store_fixture,
+    url_fixture,
+    user,
+)
 
-BACKENDS = ["memory", "sqlite", "postgres"]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def sid() -> str:
-    return f"s-{uuid.uuid4().hex[:12]}"
-
-
-def user(text: str) -> ChatMessage:
-    return ChatMessage(role="user", content=text)
-
-
-def record(session_id: str, turn_id: str, **fields: object) -> TurnRecord:
-    return TurnRecord(
-        turn_id=turn_id,
-        session_id=session_id,
-        status=fields.pop("status", TurnStatus.COMPLETED),  # type: ignore[arg-type]
-        **fields,  # type: ignore[arg-type]
-    )
-
-
-def backend_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """The backend's URL; a sync helper because ``postgres_url`` runs its own event loop."""
-    if backend == "memory":
-        return "memory://"
-    if backend == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/nested/state.db"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture(params=BACKENDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return backend_url(request.param, tmp_path, request)
-
-
-@pytest.fixture
-async def store(url: str) -> AsyncIterator[StateStore]:
-    opened = await open_store(url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def sequences(store: StateStore, session_id: str) -> list[int]:
@@ -215,8 +189,9 @@ async def test_concurrent_appends_get_unique_contiguous_positions(store: StateSt
     for w in range(8):
         mine = [c for c in got if c is not None and c.startswith(f"{w}.") and c.endswith("a")]
         assert mine == [f"{w}.{i}.a" for i in range(5)]
+    assert [m.sequence for m in await store.get_messages(s)] == list(range(1, 81))
     if isinstance(store, SqlStateStore):
-        assert await sequences(store, s) == list(range(80))
+        assert await sequences(store, s) == list(range(1, 81))
 
 
 async def test_odd_text_round_trips(store: StateStore) -> None:
@@ -264,13 +239,8 @@ WORKER_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return backend_url(request.param, tmp_path, request)
-
-
-async def test_appends_from_three_processes(sql_url: str, tmp_path: Path) -> None:
-    url = sql_url
+async def test_appends_from_three_processes(shared_url: str, tmp_path: Path) -> None:
+    url = shared_url
     s, rounds = sid(), 10
     script = tmp_path / "writer.py"
     script.write_text(WORKER_SCRIPT)
@@ -290,11 +260,14 @@ async def test_appends_from_three_processes(sql_url: str, tmp_path: Path) -> Non
     results = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
     for proc, (_out, err) in zip(procs, results, strict=True):
         assert proc.returncode == 0, err.decode()
-    store = await SqlStateStore.open(url)
+    store = await open_store(url)
     try:
         total = 3 * 3 * rounds * 2
-        assert await sequences(store, s) == list(range(total))
-        got = [m.content for m in await store.get_messages(s)]
+        history = await store.get_messages(s)
+        assert [m.sequence for m in history] == list(range(1, total + 1))
+        if isinstance(store, SqlStateStore):
+            assert await sequences(store, s) == list(range(1, total + 1))
+        got = [m.content for m in history]
         assert len(set(got)) == total
         for k in range(0, total, 2):  # one append's messages are never interleaved
             first = got[k] or ""
@@ -311,7 +284,7 @@ async def test_sqlite_in_memory_shares_one_database(tmp_path: Path) -> None:
             await store.ensure_session(s, "a")
             await asyncio.gather(*(store.append(s, [user(str(i))]) for i in range(20)))
             assert len(await store.get_messages(s)) == 20
-            assert await sequences(store, s) == list(range(20))
+            assert await sequences(store, s) == list(range(1, 21))
         finally:
             await store.close()
 
@@ -334,8 +307,8 @@ async def test_open_store_schemes(tmp_path: Path) -> None:
     sql = await open_store(f"sqlite:///{tmp_path}/plain.db")
     assert isinstance(sql, SqlStateStore)
     await sql.close()
-    with pytest.raises(ConfigError, match="Redis state store not implemented"):
-        await open_store("redis://localhost:6379/0")
+    with pytest.raises(ConfigError, match="unsupported"):
+        await open_store("redis+cluster://localhost:6379/0")
     with pytest.raises(ConfigError, match="unsupported"):
         await open_store("mysql+aiomysql://x/y")
     with pytest.raises(ConfigError, match="no scheme"):
@@ -368,3 +341,109 @@ def test_importing_shared_state_does_not_import_sqlalchemy() -> None:
     code = "import sys, shared.state; print('sqlalchemy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_open_store_redis_namespace(redis_url: str, namespace: str) -> None:
+    store = await open_store(f"{redis_url}?namespace={namespace}-ns")
+    try:
+        assert isinstance(store, RedisStateStore) and store.namespace == f"{namespace}-ns"
+        s = sid()
+        await store.ensure_session(s, "a")
+        assert await store.redis.exists(f"{namespace}-ns:s:{{{s}}}:state") == 1
+    finally:
+        await store.close()
+
+
+async def test_memory_store_ttl_expires_idle_sessions_and_reads_refresh() -> None:
+    store = MemoryStateStore(ttl_seconds=0.2, max_sessions=None)
+    idle, busy = sid(), sid()
+    for s in (idle, busy):
+        await store.ensure_session(s, "x")
+        await store.commit_turn(s, [user("m")], record(s, f"t-{s}"))
+    deadline = time.monotonic() + 5
+    while await store.get_turn(f"t-{idle}") is not None:
+        assert time.monotonic() < deadline, "the idle session never expired"
+        await store.get_messages(busy)  # a read keeps the busy session alive
+        await asyncio.sleep(0.02)
+    assert await store.get_session(idle) is None
+    assert [m.content for m in await store.get_messages(busy)] == ["m"]
+    defaults = MemoryStateStore()
+    assert (defaults.ttl_seconds, defaults.max_sessions) == (3600.0, 1000)
+    unbounded = MemoryStateStore(ttl_seconds=None, max_sessions=None)
+    assert (unbounded.ttl_seconds, unbounded.max_sessions) == (None, None)
+
+
+async def test_a_stale_commit_after_a_newer_token_writes_nothing(store: StateStore) -> None:
+    """The old holder (token 1) commits after the new one (token 2) claimed the session."""
+    s = sid()
+    await store.ensure_session(s, "a")
+    await store.claim(s, 1)
+    await store.append(s, [user("before")])
+    await store.claim(s, 2)  # the lease moved on
+    with pytest.raises(StaleLeaseError) as info:
+        await store.commit_turn(
+            s, [user("old"), user("holder")], record(s, "t-old", final_text="x"), fence=1
+        )
+    assert info.value.details == {"session_id": s, "fence": 1, "newest": 2}
+    assert await contents(store, s) == [(1, "before")]
+    assert await store.get_turn("t-old") is None
+    await store.commit_turn(s, [user("new")], record(s, "t-new"), fence=2)
+    assert await contents(store, s) == [(1, "before"), (2, "new")]
+
+
+async def test_racing_holders_only_the_newest_commits(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    await store.claim(s, 7)
+
+    async def holder(token: int) -> bool:
+        try:
+            await store.commit_turn(s, [user(f"by {token}")], record(s, f"t-{token}"), token)
+        except StaleLeaseError:
+            return False
+        return True
+
+    results = await asyncio.gather(*(holder(t) for t in range(1, 8)))
+    assert results == [False] * 6 + [True]
+    assert await contents(store, s) == [(1, "by 7")]
+
+
+async def test_sequences_are_exposed_but_never_sent(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    await store.append(s, [user("a"), user("b")])
+    got = await store.get_messages(s)
+    assert [m.sequence for m in got] == [1, 2]
+    assert "sequence" not in got[0].model_dump() and "sequence" not in got[0].to_openai()
+    # A message read back and written again gets a new position, not its old one.
+    await store.append(s, got[:1])
+    assert await contents(store, s) == [(1, "a"), (2, "b"), (3, "a")]
+
+
+async def test_lone_surrogates_are_stored_on_every_field(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    odd = ChatMessage(role="tool", content="x\udc80\ud800y", name="\udfff", tool_call_id="\ud834")
+    await store.commit_turn(s, [odd], record(s, f"t-{s}"))
+    (got,) = await store.get_messages(s)
+    assert (got.content, got.name, got.tool_call_id) == (odd.content, odd.name, odd.tool_call_id)
+
+
+async def test_redis_refuses_a_newer_record_version(redis_url: str, namespace: str) -> None:
+    store = await open_store(f"{redis_url}?namespace={namespace}-v")
+    try:
+        assert isinstance(store, RedisStateStore)
+        s = sid()
+        await store.ensure_session(s, "a")
+        await store.append(s, [user("x")])
+        await store.redis.hset(f"{namespace}-v:s:{{{s}}}:state", "v", 99)
+        with pytest.raises(SchemaVersionError, match="upgrade reactq"):
+            await store.get_session(s)
+        await store.redis.hset(f"{namespace}-v:s:{{{s}}}:state", "v", 1)
+        await store.redis.hset(
+            f"{namespace}-v:s:{{{s}}}:state:messages", "trunk|1", '{"v": 2, "role": "user"}'
+        )
+        with pytest.raises(SchemaVersionError):
+            await store.get_messages(s)
+    finally:
+        await store.close()

@@ -15,14 +15,17 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from shared.bus import RedisEventBus
+from shared.audit import AuditedBus, audit_sink_for
+from shared.bus import EventBus, RedisEventBus
 from shared.keys import Keys
 from shared.locks import SessionLock
 from shared.sessions import SessionQueue
 from shared.settings import Settings
 from shared.state import StateStore, open_store
 from worker.agent.llm import LLMClient
+from worker.agent.mcp import MCPManager
 from worker.agent.runner import AgentRunner
+from worker.control import listen_for_control, reap_forever
 from worker.definitions import Agent
 from worker.drain import Drainer
 
@@ -44,6 +47,8 @@ class Bridge:
         self.llms: list[LLMClient] = []
         self.drainer: Drainer | None = None
         self.queue: SessionQueue | None = None
+        self.mcp = MCPManager()
+        self._duties: list[asyncio.Future[None]] = []
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -70,27 +75,68 @@ class Bridge:
         lock = SessionLock(
             self.redis, keys, ttl_seconds=s.lease_ttl_seconds, owner=self.worker_name
         )
-        queue = self.queue = SessionQueue(self.redis, keys, s.session_meta_ttl_seconds)
-        self.store = await open_store(s.database_url)
+        queue = self.queue = SessionQueue(
+            self.redis,
+            keys,
+            s.session_meta_ttl_seconds,
+            dispatch_grace_seconds=s.lease_ttl_seconds,
+        )
+        self.store = await open_store(s.database_url, namespace=s.namespace)
+        # The audit log lives in the state database: a SQL store brings it along.
+        sink = audit_sink_for(self.store) if s.audit else None
+        events: EventBus = bus if sink is None else AuditedBus(bus, sink, close_sink=False)
         runners: dict[str, AgentRunner] = {}
         shared_llms: dict[tuple[str | None, str | None], LLMClient] = {}
+        # MCP tools join each registry before its loop is built (a loop fixes its tool list).
+        registries = {name: agent.registry() for name, agent in self.agents.items()}
+        await self.mcp.start(
+            {name: (registries[name], agent.mcp_servers) for name, agent in self.agents.items()}
+        )
         for name, agent in self.agents.items():
             key = (agent.base_url, agent.api_key)
             if key not in shared_llms:
                 shared_llms[key] = agent.build_llm()
-            runners[name] = AgentRunner(agent.build_loop(shared_llms[key]), self.store, name)
+            loop = agent.build_loop(shared_llms[key], registries[name])
+            runners[name] = AgentRunner(loop, self.store, name)
         self.llms = list(shared_llms.values())
         self.drainer = Drainer(
             queue=queue,
             lock=lock,
-            bus=bus,
+            bus=events,
             store=self.store,
             runners=runners,
             settings=s,
             worker_name=self.worker_name,
         )
         await queue.register_agents(sorted(self.agents), self.worker_name)
+        self._duties = [
+            asyncio.ensure_future(listen_for_control(self.redis, keys, self.drainer)),
+            asyncio.ensure_future(
+                reap_forever(self.drainer, s.reaper_interval_seconds, s.lease_ttl_seconds)
+            ),
+        ]
         log.info("worker %s ready: agents %s", self.worker_name, ", ".join(sorted(self.agents)))
+
+    def begin_shutdown(self) -> None:
+        """Warm shutdown (from any thread): finish running turns within the grace period.
+
+        No new turn starts here; when the grace period is over, turns still
+        running are stopped and given back, uncharged, for another worker.
+        """
+
+        def start() -> None:
+            if self.drainer is None or self.drainer.stopping:
+                return
+            self.drainer.stopping = True
+            grace = self.settings.shutdown_grace_seconds
+            log.info("warm shutdown: %d turns running, grace %.1fs", self.drainer.in_flight, grace)
+            self.loop.call_later(grace, self._evict)
+
+        self.loop.call_soon_threadsafe(start)
+
+    def _evict(self) -> None:
+        if self.drainer is not None and self.drainer.in_flight:
+            log.warning("grace period over: giving back %d turns", self.drainer.evict_all())
 
     def stop(self) -> None:
         """Close every connection and stop the loop."""
@@ -103,12 +149,16 @@ class Bridge:
             self._thread.join(10)
 
     async def _close(self) -> None:
+        for duty in self._duties:
+            duty.cancel()
+        await asyncio.gather(*self._duties, return_exceptions=True)
         if self.queue is not None:
             await self.queue.forget_worker(self.worker_name)
         for llm in self.llms:
             close = getattr(llm, "aclose", None)
             if close is not None:
                 await close()
+        await self.mcp.aclose()
         if self.store is not None:
             await self.store.close()
         if self.redis is not None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import ConfigError
+from shared.errors import ConfigError, SkillError
 from worker.agent.interventions import Hooks, Interventions, ToolGate
 from worker.agent.llm.base import LLMClient
 from worker.agent.llm.openai_client import OpenAICompatibleClient
@@ -29,6 +29,8 @@ from worker.agent.loop import (
     ToolMode,
     check_loop_config,
 )
+from worker.agent.mcp import MCPClient, MCPProvider, providers_of
+from worker.agent.skills import SkillSet
 from worker.agent.tools import Registry, Tool, tool
 from worker.agent.usage import ModelPrice
 
@@ -96,6 +98,12 @@ class Agent:
     """Observe-only callbacks."""
     tool_gate: ToolGate | None = None
     """Approver every tool call passes; no decision is a denial."""
+    mcp_servers: Sequence[MCPProvider | MCPClient] = field(default_factory=tuple)
+    """MCP servers whose tools it may call (an MCPProvider sets prefix / allow / block)."""
+    skills_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None
+    """Directory (or directories) of skills, ``<name>/SKILL.md``, the model may load."""
+    skills: SkillSet = field(init=False, repr=False, default_factory=SkillSet)
+    """The skills found in ``skills_dir`` (discovered at construction; empty without one)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not AGENT_NAME_RE.match(self.name):
@@ -105,6 +113,17 @@ class Agent:
         if isinstance(self.tools, str | bytes) or not isinstance(self.tools, Sequence):
             raise AgentConfigError(f"agent {self.name!r}: tools must be a list of tools")
         try:
+            skills = SkillSet.from_paths(self.skills_dir) if self.skills_dir is not None else None
+        except SkillError as exc:
+            raise AgentConfigError(f"agent {self.name!r}: {exc.message}") from None
+        if skills is not None:
+            object.__setattr__(self, "skills", skills)
+        try:
+            if isinstance(self.mcp_servers, str | bytes) or not isinstance(
+                self.mcp_servers, Sequence
+            ):
+                raise ValueError("mcp_servers must be a list of MCPClient or MCPProvider")
+            servers = providers_of(self.mcp_servers)
             wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in self.tools)
             Registry(wrapped)  # refuses duplicate names
             mode = check_loop_config(
@@ -114,10 +133,11 @@ class Agent:
                 tool_mode=self.tool_mode,
             )
             # Every other knob is checked by building a loop once, here, not at the first turn.
-            self._loop_for(ScriptedLLM([]), Registry(wrapped), mode)
+            self._loop_for(ScriptedLLM([]), self._with_skills(Registry(wrapped)), mode)
         except ValueError as exc:
             raise AgentConfigError(f"agent {self.name!r}: {exc}") from None
         object.__setattr__(self, "tools", wrapped)
+        object.__setattr__(self, "mcp_servers", servers)
         object.__setattr__(self, "tool_mode", mode)
 
     def resolved_model(self) -> str:
@@ -125,12 +145,25 @@ class Agent:
         return self.model or os.environ.get("REACTQ_MODEL") or DEFAULT_MODEL
 
     def registry(self) -> Registry:
-        """A fresh Registry of this agent's tools."""
-        return Registry(self.tools)
+        """A fresh Registry of this agent's tools (and ``load_skill`` when it has skills).
 
-    def build_loop(self, llm: LLMClient) -> AgentLoop:
-        """The AgentLoop for this agent, talking to ``llm``."""
-        return self._loop_for(llm, self.registry(), self.tool_mode, self.resolved_model())
+        MCP tools are not in it: ``MCPManager.start`` attaches them on a running loop.
+        """
+        return self._with_skills(Registry(self.tools))
+
+    def build_loop(self, llm: LLMClient, registry: Registry | None = None) -> AgentLoop:
+        """The AgentLoop for this agent, talking to ``llm``.
+
+        ``registry`` defaults to ``self.registry()``; pass one that MCP tools were
+        attached to (the loop fixes its tool list when it is built).
+        """
+        tools = registry if registry is not None else self.registry()
+        return self._loop_for(llm, tools, self.tool_mode, self.resolved_model())
+
+    def _with_skills(self, registry: Registry) -> Registry:
+        if len(self.skills):
+            registry.register(self.skills.tool())
+        return registry
 
     def _loop_for(
         self, llm: LLMClient, registry: Registry, mode: ToolMode, model: str | None = None
@@ -139,7 +172,7 @@ class Agent:
             llm,
             registry,
             model=model or self.model or DEFAULT_MODEL,
-            system_prompt=self.system_prompt,
+            system_prompt=self.skills.system_prompt(self.system_prompt),
             max_iterations=self.max_iterations,
             fallback_message=self.fallback_message,
             error_fallback_message=self.error_fallback_message,

@@ -1,10 +1,11 @@
 """The drain: run a session's pending turns one at a time under its lease.
 
-DESIGN.md steps 2-4. ``drain`` takes the session lease (or returns: the holder
+DESIGN.md steps 2-5. ``drain`` takes the session lease (or returns: the holder
 drains), moves turns one by one into the running slot, runs each while renewing
 the lease, commits it fenced by the lease's token, and finally releases the lease
 and looks at pending once more so that a turn pushed during release is never
-stranded.
+stranded. A turn found in the running slot was left by a dead holder and runs
+again as attempt n+1, until ``max_attempts`` runs were lost.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
 
 from shared.bus import EventBus, TurnEmitter
 from shared.errors import StaleLeaseError
@@ -27,9 +32,26 @@ from worker.agent.runner import AgentRunner
 
 log = logging.getLogger("reactq.worker")
 
+Dispatch = Callable[[str, str], Awaitable[None]]
+
 
 class LeaseLostError(Exception):
     """The worker could not renew the session lease; the turn must not commit."""
+
+
+class EvictedError(Exception):
+    """The worker is shutting down and gave the turn back for another worker."""
+
+
+@dataclass(eq=False)
+class _Running:
+    """A turn in flight in this process, reachable by the control listener."""
+
+    session_id: str
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    mode: str | None = None
+    task: asyncio.Future[FinalEvent] | None = None
+    evicted: bool = False
 
 
 class Drainer:
@@ -45,7 +67,7 @@ class Drainer:
         runners: dict[str, AgentRunner],
         settings: Settings,
         worker_name: str,
-        redispatch: Callable[[str, str], Awaitable[None]] | None = None,
+        redispatch: Dispatch | None = None,
     ) -> None:
         self.queue = queue
         self.lock = lock
@@ -56,7 +78,42 @@ class Drainer:
         self.worker_name = worker_name
         self.redispatch = redispatch
         self.stopping = False
-        self.in_flight = 0
+        self.running: dict[str, _Running] = {}
+        self._background: set[asyncio.Future[int]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Turns running in this process now."""
+        return len(self.running)
+
+    def request_cancel(self, turn_id: str, mode: str = "cancel") -> bool:
+        """Stop a turn running here (from a control notice); False if not here."""
+        entry = self.running.get(turn_id)
+        if entry is None:
+            return False
+        entry.mode = mode
+        entry.cancel.set()
+        return True
+
+    def evict_all(self) -> int:
+        """Shutdown grace is over: stop every turn and give it back, uncharged."""
+        for entry in self.running.values():
+            entry.evicted = True
+            if entry.task is not None:
+                entry.task.cancel()
+        return len(self.running)
+
+    async def dispatch(self, session_id: str) -> None:
+        """Ask a worker (through the broker when there is one) to drain a session."""
+        agent = await self.queue.session_agent(session_id)
+        if agent is None:
+            return
+        if self.redispatch is not None:
+            await self.redispatch(session_id, agent)
+        else:
+            task = asyncio.ensure_future(self.drain(session_id))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def drain(self, session_id: object) -> int:
         """Run the session's pending turns if no other worker holds it; return how many."""
@@ -66,7 +123,7 @@ class Drainer:
             log.error("drain: ignoring a task with an invalid session id %r", session_id)
             return 0
         ran = 0
-        while True:
+        while not self.stopping:
             token = await self.lock.acquire(sid)
             if token is None:
                 return ran
@@ -75,15 +132,20 @@ class Drainer:
             except (StaleLeaseError, LeaseLostError) as exc:
                 log.warning("session %s: lease lost (%s); leaving it to the new holder", sid, exc)
                 return ran
-            finally:
+            except EvictedError:
                 await self.lock.release(sid, token)
+                await self.dispatch(sid)
+                return ran
+            finally:
+                with contextlib.suppress(RedisError):
+                    await self.lock.release(sid, token)
             # Release-then-recheck: a turn pushed while we released would
             # otherwise wait for a drain that already returned "busy".
             if not await self.queue.has_work(sid):
                 return ran
-            if self.stopping:
-                await self._hand_over(sid)
-                return ran
+        if await self.queue.has_work(sid):
+            await self.dispatch(sid)  # shutting down: hand the session over
+        return ran
 
     async def _drain_held(self, sid: str, token: int) -> int:
         ran = 0
@@ -95,13 +157,6 @@ class Drainer:
             ran += 1
         return ran
 
-    async def _hand_over(self, sid: str) -> None:
-        """On shutdown, ask another worker to drain what is left."""
-        claimed_agent = await self.queue.redis.hget(self.queue.keys.meta(sid), "agent")
-        if self.redispatch is not None and claimed_agent is not None:
-            agent = claimed_agent.decode() if isinstance(claimed_agent, bytes) else claimed_agent
-            await self.redispatch(sid, agent)
-
     async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> None:
         try:
             turn = claimed.parse()
@@ -111,7 +166,7 @@ class Drainer:
         emitter = TurnEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
         try:
             await self._run_turn(sid, claimed, turn, emitter, token)
-        except (StaleLeaseError, LeaseLostError):
+        except (StaleLeaseError, LeaseLostError, EvictedError):
             raise
         except Exception as exc:
             # Infrastructure failed around the kernel (the store, the bus): end the
@@ -130,8 +185,9 @@ class Drainer:
             return
         if claimed.attempt > 1 and await self._already_committed(sid, turn.turn_id, emitter):
             return
-        if claimed.attempt > self.settings.max_attempts:
-            text = f"the turn was lost {claimed.attempt - 1} times with its worker; giving up"
+        if claimed.lost >= self.settings.max_attempts:
+            text = f"the turn was lost with its worker {claimed.lost} times; giving up"
+            await self.store.ensure_session(sid, turn.agent)
             await self._fail(emitter, "max_attempts", text, commit_fence=token)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
@@ -143,45 +199,83 @@ class Drainer:
         # The fence is recorded on the session row, so the row must exist first.
         await self.store.ensure_session(sid, turn.agent)
         await self.store.claim(sid, token)
+        entry = _Running(sid)
+        mode = await self.queue.cancel_mode(sid, turn.turn_id)
+        if mode is not None:
+            entry.mode = mode
+            entry.cancel.set()
         await emitter.emit(StartedEvent, worker=self.worker_name)
         log.info("turn %s started: session %s attempt %d", turn.turn_id, sid, claimed.attempt)
-        self.in_flight += 1
+        started = time.monotonic()
+        self.running[turn.turn_id] = entry
         try:
-            final = await self._run_with_lease(
-                sid,
-                token,
-                runner.run_turn(
-                    session_id=sid,
-                    message=turn.message,
-                    turn_id=turn.turn_id,
-                    emitter=emitter,
-                    fence=token,
-                ),
+            work = runner.run_turn(
+                session_id=sid,
+                message=turn.message,
+                turn_id=turn.turn_id,
+                emitter=emitter,
+                fence=token,
+                cancel=entry.cancel,
+                keep_partial=lambda: entry.mode == "interrupt",
             )
+            final = await self._run_with_lease(sid, turn.turn_id, token, work, entry)
         finally:
-            self.in_flight -= 1
+            self.running.pop(turn.turn_id, None)
         await self.queue.finish(sid, turn.turn_id, final.status)
-        log.info("turn %s finished: %s", turn.turn_id, final.status)
+        log.info(
+            "turn %s finished: %s in %.3fs (session %s, attempt %d)",
+            turn.turn_id,
+            final.status,
+            time.monotonic() - started,
+            sid,
+            claimed.attempt,
+        )
 
     async def _run_with_lease(
-        self, sid: str, token: int, work: Awaitable[FinalEvent]
+        self,
+        sid: str,
+        turn_id: str,
+        token: int,
+        work: Awaitable[FinalEvent],
+        entry: _Running,
     ) -> FinalEvent:
-        """Run ``work`` while renewing the lease; cancel it if the lease is lost."""
-        task = asyncio.ensure_future(work)
-        period = self.settings.lease_ttl_seconds / 3
+        """Run ``work`` while renewing the lease; stop it if the lease is lost."""
+        task = entry.task = asyncio.ensure_future(work)
+        ttl = self.settings.lease_ttl_seconds
+        renewed = time.monotonic()
         try:
             while True:
-                done, _ = await asyncio.wait({task}, timeout=period)
+                done, _ = await asyncio.wait({task}, timeout=ttl / 3)
                 if done:
+                    if task.cancelled() and entry.evicted:
+                        raise EvictedError(turn_id)
                     return task.result()
-                if not await self.lock.renew(sid, token):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-                    raise LeaseLostError(f"could not renew the lease of {sid}")
+                try:
+                    if not await self.lock.renew(sid, token):
+                        raise LeaseLostError(f"another worker holds the lease of {sid}")
+                    renewed = time.monotonic()
+                    mode = await self.queue.cancel_mode(sid, turn_id)
+                    if mode is not None and not entry.cancel.is_set():
+                        entry.mode = mode
+                        entry.cancel.set()
+                except RedisError as exc:
+                    # Keep trying while the lease may still be ours; past its TTL
+                    # another worker may hold it, so the turn must not commit.
+                    if time.monotonic() - renewed >= ttl:
+                        raise LeaseLostError(f"could not renew the lease of {sid}: {exc}") from exc
+                    log.warning("session %s: lease renewal failed (%s); retrying", sid, exc)
+        except asyncio.CancelledError:
+            if entry.evicted:
+                raise EvictedError(turn_id) from None
+            raise
         finally:
             if not task.done():
                 task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if entry.evicted:
+                with contextlib.suppress(RedisError):
+                    await self.queue.give_back(sid, turn_id)
 
     async def _already_committed(self, sid: str, turn_id: str, emitter: TurnEmitter) -> bool:
         """A re-issued turn whose previous holder died after committing it is done."""
@@ -221,7 +315,7 @@ class Drainer:
         if turn_id:
             emitter = TurnEmitter(self.bus, sid, turn_id, claimed.attempt)
             await self._fail(emitter, "invalid_turn", f"the turn payload is malformed: {exc}")
-        await self.queue.finish(sid, turn_id, TurnStatus.ERROR)
+        await self.queue.finish(sid, claimed.turn_id, TurnStatus.ERROR)
 
 
 def _guess_turn_id(payload: str) -> str:

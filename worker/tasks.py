@@ -58,14 +58,12 @@ def run_worker(
         )
 
     _bridge.start()
-    assert _bridge.drainer is not None
-    _bridge.drainer.redispatch = redispatch
+    if _bridge.drainer is not None:
+        _bridge.drainer.redispatch = redispatch
 
     def on_shutdown(**_: Any) -> None:
-        # Warm shutdown: turns in progress finish; their sessions' remaining
-        # turns are handed to another worker.
-        if _bridge is not None and _bridge.drainer is not None:
-            _bridge.drainer.stopping = True
+        if _bridge is not None:
+            _bridge.begin_shutdown()
 
     worker_shutting_down.connect(on_shutdown, weak=False)
     queues = ",".join(f"{settings.namespace}.{a}" for a in sorted(agents))

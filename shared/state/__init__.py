@@ -1,7 +1,7 @@
 """Conversation state every worker shares: the StateStore protocol and its backends.
 
-``open_store(url)`` picks a backend by URL scheme. The SQL backend (and with it
-SQLAlchemy) is imported only when it is used.
+``open_store(url)`` picks a backend by URL scheme. The SQL and Redis backends (and
+with them SQLAlchemy) are imported only when they are used.
 """
 
 from __future__ import annotations
@@ -9,21 +9,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shared.errors import ConfigError
-from shared.state.base import TRUNK, SessionInfo, StateStore, TurnRecord
+from shared.state.base import TRUNK, BranchInfo, SessionInfo, StateStore, TurnRecord
 from shared.state.memory import MemoryStateStore
 
 if TYPE_CHECKING:
+    from shared.state.redis import RedisStateStore
     from shared.state.sql import SqlStateStore
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the protocol and its data
     "TRUNK",
+    "BranchInfo",
     "SessionInfo",
     "StateStore",
     "TurnRecord",
     # backends
     "MemoryStateStore",
     "SqlStateStore",
+    "RedisStateStore",
     "open_store",
 ]
 
@@ -40,13 +43,19 @@ def __getattr__(name: str) -> Any:
         from shared.state.sql import SqlStateStore
 
         return SqlStateStore
+    if name == "RedisStateStore":
+        from shared.state.redis import RedisStateStore
+
+        return RedisStateStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-async def open_store(url: str, **kwargs: Any) -> StateStore:
+async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -> StateStore:
     """A ready state store for ``url``: ``memory://``, ``sqlite+aiosqlite://…`` or
     ``postgresql+asyncpg://…`` (plain ``sqlite://`` and ``postgresql://`` mean those
-    drivers). Keyword arguments go to the backend's constructor."""
+    drivers) or ``redis://…``. ``namespace`` (``REACTQ_NAMESPACE``) prefixes the Redis
+    backend's keys (a ``?namespace=`` in the URL wins); the other backends ignore it.
+    Other keyword arguments go to the backend's constructor."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ConfigError(
@@ -59,11 +68,13 @@ async def open_store(url: str, **kwargs: Any) -> StateStore:
         from shared.state.sql import SqlStateStore
 
         return await SqlStateStore.open(f"{scheme}://{rest}", **kwargs)
-    if scheme in ("redis", "rediss"):
-        raise ConfigError(
-            "Redis state store not implemented yet; use sqlite+aiosqlite:// or postgresql+asyncpg://"
-        )
+    if scheme in ("redis", "rediss", "unix"):
+        from shared.state.redis import RedisStateStore
+
+        if namespace is not None:
+            kwargs.setdefault("namespace", namespace)
+        return await RedisStateStore.open(f"{scheme}://{rest}", **kwargs)
     raise ConfigError(
         f"unsupported state store URL scheme {scheme!r}: "
-        "use memory://, sqlite+aiosqlite:// or postgresql+asyncpg://"
+        "use memory://, sqlite+aiosqlite://, postgresql+asyncpg:// or redis://"
     )

@@ -1,16 +1,26 @@
-"""The StateStore protocol: the conversation state every worker shares."""
+"""The StateStore protocol: the conversation state every worker shares.
+
+A session is a tree of branches with an active head. Messages are numbered from 1
+along a branch's whole history: a branch forked at ``N`` inherits its parent's
+messages 1..N (never copied, never deleted by the child) and numbers its own from
+N+1. ``trunk`` is the root; a session created before branching reads as its trunk.
+"""
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from shared.errors import BranchError, StaleLeaseError
 from shared.messages import ChatMessage
 from shared.turns import TurnStatus
 
 TRUNK = "trunk"
+_BRANCH_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class SessionInfo(BaseModel):
@@ -26,6 +36,25 @@ class SessionInfo(BaseModel):
     """The branch new turns run on."""
     fence: int = 0
     """The newest fencing token the store has seen."""
+    created_at: float = 0.0
+    """Unix time of creation."""
+
+
+class BranchInfo(BaseModel):
+    """One branch of a session, as ``list_branches`` reports it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    branch_id: str
+    """The branch (``trunk`` for the root)."""
+    parent_branch_id: str | None = None
+    """The branch it was forked from; None for the trunk."""
+    fork_sequence: int = 0
+    """It inherits its parent's messages 1..fork_sequence (0 for the trunk)."""
+    length: int = 0
+    """Messages in its whole history (inherited and its own): the last sequence."""
+    active: bool = False
+    """New turns of the session run on it."""
     created_at: float = 0.0
     """Unix time of creation."""
 
@@ -75,6 +104,41 @@ class StateStore(Protocol):
         """Append messages to a branch (the active one by default), unfenced."""
         ...
 
+    async def fork(
+        self,
+        session_id: str,
+        from_sequence: int,
+        *,
+        branch_id: str | None = None,
+        new_branch_id: str | None = None,
+        activate: bool = True,
+    ) -> str:
+        """Start a branch that keeps messages 1..``from_sequence`` of ``branch_id``
+        (the active branch by default) and return its id; it becomes the active
+        branch unless ``activate`` is False. The original line stays as it was.
+
+        Raises SessionNotFoundError, BranchNotFoundError, or BranchError for a fork
+        point outside 0..length or a ``new_branch_id`` that is taken or malformed.
+        """
+        ...
+
+    async def list_branches(self, session_id: str) -> list[BranchInfo]:
+        """The session's branches, oldest first ([] for an unknown session)."""
+        ...
+
+    async def switch_branch(self, session_id: str, branch_id: str) -> None:
+        """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
+        ...
+
+    async def truncate_after(
+        self, session_id: str, sequence: int, branch_id: str | None = None
+    ) -> None:
+        """Hard-delete a branch's own messages after ``sequence`` (the active branch by
+        default). Inherited messages are never deleted; a branch forked inside the
+        deleted tail keeps its history (the messages it inherited are copied into
+        it first). Idempotent; a no-op on an unknown session or branch."""
+        ...
+
     async def claim(self, session_id: str, fence: int) -> None:
         """Record ``fence`` as the session's newest token.
 
@@ -88,11 +152,14 @@ class StateStore(Protocol):
         messages: Sequence[ChatMessage],
         record: TurnRecord,
         fence: int | None = None,
+        branch_id: str | None = None,
     ) -> None:
         """Append a turn's messages and record its outcome in one atomic step.
 
-        With ``fence`` given, the step checks it against the session's newest token
-        and raises StaleLeaseError (writing nothing) if a newer one was issued.
+        The messages go to ``branch_id`` (the branch the turn read its history
+        from), the active branch by default. With ``fence`` given, the step checks
+        it against the session's newest token and raises StaleLeaseError (writing
+        nothing) if a newer one was issued; a newer token moves the fence on.
         """
         ...
 
@@ -103,3 +170,64 @@ class StateStore(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+# --- helpers every backend shares -------------------------------------------------
+
+
+def new_branch_id() -> str:
+    """A fresh branch id."""
+    return f"b-{uuid.uuid4().hex[:12]}"
+
+
+def check_branch_id(branch_id: str) -> str:
+    """``branch_id`` if well-formed (1-128 of ``[A-Za-z0-9._:-]``), else BranchError."""
+    if not isinstance(branch_id, str) or not _BRANCH_ID.match(branch_id):
+        raise BranchError(
+            f"invalid branch id {branch_id!r}: use 1-128 characters of [A-Za-z0-9._:-]",
+            branch_id=str(branch_id),
+        )
+    return branch_id
+
+
+def check_fork_point(session_id: str, branch_id: str, from_sequence: int, length: int) -> None:
+    """BranchError unless 0 <= from_sequence <= length."""
+    if isinstance(from_sequence, bool) or not isinstance(from_sequence, int):
+        raise BranchError(f"fork point must be an integer, got {from_sequence!r}")
+    if not 0 <= from_sequence <= length:
+        raise BranchError(
+            f"cannot fork branch {branch_id!r} of session {session_id!r} at message "
+            f"{from_sequence}: it has messages 1..{length}",
+            session_id=session_id,
+            branch_id=branch_id,
+            from_sequence=from_sequence,
+            length=length,
+        )
+
+
+def view_ranges(chain: Sequence[tuple[str, int]]) -> list[tuple[str, int, int | None]]:
+    """Which stored messages make up a branch's history.
+
+    ``chain`` is ``(branch_id, fork_sequence)`` from the branch up to the trunk.
+    Returns ``(branch_id, after, upto)`` root first: the branch's own messages with
+    ``after < sequence <= upto`` (``upto`` None: no bound). A fork inside an
+    inherited prefix caps every ancestor above it, hence the running minimum.
+    """
+    ranges: list[tuple[str, int, int | None]] = []
+    cap: int | None = None
+    for branch_id, fork in chain:
+        if cap is None or cap > fork:
+            ranges.append((branch_id, fork, cap))
+        cap = fork if cap is None else min(cap, fork)
+    ranges.reverse()
+    return ranges
+
+
+def stale(session_id: str, stored: int, fence: int) -> StaleLeaseError:
+    """The error of a fenced write with an older token than the stored one."""
+    return StaleLeaseError(
+        f"session {session_id!r} has fencing token {stored}; a write with {fence} is stale",
+        session_id=session_id,
+        fence=fence,
+        newest=stored,
+    )

@@ -8,9 +8,32 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from shared.errors import SessionNotFoundError, StaleLeaseError
+from shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
 from shared.messages import ChatMessage
-from shared.state.base import TRUNK, SessionInfo, TurnRecord
+from shared.state.base import (
+    TRUNK,
+    BranchInfo,
+    SessionInfo,
+    TurnRecord,
+    check_branch_id,
+    check_fork_point,
+    new_branch_id,
+    stale,
+    view_ranges,
+)
+
+
+@dataclass(eq=False)
+class _Branch:
+    parent: str | None
+    fork: int
+    created_at: float
+    own: list[ChatMessage] = field(default_factory=list)
+    """Its own messages, sequences fork+1 .. fork+len(own)."""
+
+    @property
+    def length(self) -> int:
+        return self.fork + len(self.own)
 
 
 @dataclass(eq=False)
@@ -19,7 +42,7 @@ class _Session:
     created_at: float
     active_branch: str = TRUNK
     fence: int = 0
-    branches: dict[str, list[ChatMessage]] = field(default_factory=lambda: {TRUNK: []})
+    branches: dict[str, _Branch] = field(default_factory=dict)
     turn_ids: set[str] = field(default_factory=set)
     touched: float = 0.0
 
@@ -34,15 +57,16 @@ class _Session:
 
 
 class MemoryStateStore:
-    """The StateStore contract in process-local dicts; every operation is O(1) + its data.
+    """The StateStore contract in process-local dicts, for one event loop.
 
-    For one event loop. ``max_sessions`` keeps the most recently used sessions and
-    ``ttl_seconds`` forgets a session that long after its last use; both drop the
-    session's turns with it. None means unbounded.
+    ``ttl_seconds`` forgets a session that long after its last use (reads count;
+    monotonic clock; checked lazily on every call) and ``max_sessions`` keeps the
+    most recently used ones; both drop the session's turns with it. None disables
+    either bound.
     """
 
     def __init__(
-        self, *, ttl_seconds: float | None = None, max_sessions: int | None = None
+        self, *, ttl_seconds: float | None = 3600.0, max_sessions: int | None = 1000
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError(f"ttl_seconds must be positive or None, got {ttl_seconds}")
@@ -56,6 +80,7 @@ class MemoryStateStore:
 
     # Sessions are kept in order of last use, so the ones to drop are at the front.
     def _touch(self, session_id: str) -> _Session | None:
+        self._evict()
         session = self._sessions.get(session_id)
         if session is not None:
             session.touched = time.monotonic()
@@ -80,13 +105,26 @@ class MemoryStateStore:
             raise SessionNotFoundError(f"no session {session_id!r} in the store")
         return session
 
+    @staticmethod
+    def _branch(session: _Session, session_id: str, branch_id: str | None) -> _Branch:
+        branch_id = branch_id or session.active_branch
+        branch = session.branches.get(branch_id)
+        if branch is None:
+            raise BranchNotFoundError(
+                f"session {session_id!r} has no branch {branch_id!r}",
+                session_id=session_id,
+                branch_id=branch_id,
+            )
+        return branch
+
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
         async with self._lock:
-            self._evict()
             session = self._touch(session_id)
             if session is None:
-                session = _Session(agent=agent, created_at=time.time(), touched=time.monotonic())
+                now = time.time()
+                session = _Session(agent=agent, created_at=now, touched=time.monotonic())
+                session.branches[TRUNK] = _Branch(parent=None, fork=0, created_at=now)
                 self._sessions[session_id] = session
                 self._evict()
             return session.info(session_id)
@@ -94,7 +132,6 @@ class MemoryStateStore:
     async def get_session(self, session_id: str) -> SessionInfo | None:
         """The session, or None if the store has never seen it (or has forgotten it)."""
         async with self._lock:
-            self._evict()
             session = self._touch(session_id)
             return None if session is None else session.info(session_id)
 
@@ -103,11 +140,21 @@ class MemoryStateStore:
     ) -> list[ChatMessage]:
         """Messages of a branch (the active one by default), oldest first."""
         async with self._lock:
-            self._evict()
             session = self._touch(session_id)
             if session is None:
                 return []
-            return list(session.branches.get(branch_id or session.active_branch, ()))
+            name = branch_id or session.active_branch
+            chain: list[tuple[str, int]] = []
+            current: str | None = name
+            while current is not None and current in session.branches:
+                chain.append((current, session.branches[current].fork))
+                current = session.branches[current].parent
+            out: list[ChatMessage] = []
+            for bid, _after, upto in view_ranges(chain):
+                branch = session.branches[bid]
+                stop = len(branch.own) if upto is None else upto - branch.fork
+                out.extend(branch.own[: max(stop, 0)])
+            return out
 
     async def append(
         self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
@@ -115,14 +162,84 @@ class MemoryStateStore:
         """Append messages to a branch (the active one by default), unfenced."""
         async with self._lock:
             session = self._require(session_id)
-            self._branch(session, session_id, branch_id).extend(messages)
+            _extend(self._branch(session, session_id, branch_id), messages, None)
 
-    @staticmethod
-    def _branch(session: _Session, session_id: str, branch_id: str | None) -> list[ChatMessage]:
-        branch = session.branches.get(branch_id or session.active_branch)
-        if branch is None:
-            raise ValueError(f"session {session_id!r} has no branch {branch_id!r}")
-        return branch
+    async def fork(
+        self,
+        session_id: str,
+        from_sequence: int,
+        *,
+        branch_id: str | None = None,
+        new_branch_id: str | None = None,
+        activate: bool = True,
+    ) -> str:
+        """Start a branch keeping messages 1..``from_sequence``; see StateStore.fork."""
+        new_id = check_branch_id(new_branch_id) if new_branch_id else None
+        async with self._lock:
+            session = self._require(session_id)
+            source_id = branch_id or session.active_branch
+            source = self._branch(session, session_id, source_id)
+            check_fork_point(session_id, source_id, from_sequence, source.length)
+            new_id = new_id or _fresh(session.branches)
+            if new_id in session.branches:
+                raise BranchError(
+                    f"session {session_id!r} already has a branch {new_id!r}",
+                    session_id=session_id,
+                    branch_id=new_id,
+                )
+            session.branches[new_id] = _Branch(
+                parent=source_id, fork=from_sequence, created_at=time.time()
+            )
+            if activate:
+                session.active_branch = new_id
+            return new_id
+
+    async def list_branches(self, session_id: str) -> list[BranchInfo]:
+        """The session's branches, oldest first ([] for an unknown session)."""
+        async with self._lock:
+            session = self._touch(session_id)
+            if session is None:
+                return []
+            return [
+                BranchInfo(
+                    branch_id=bid,
+                    parent_branch_id=b.parent,
+                    fork_sequence=b.fork,
+                    length=b.length,
+                    active=bid == session.active_branch,
+                    created_at=b.created_at,
+                )
+                for bid, b in session.branches.items()
+            ]
+
+    async def switch_branch(self, session_id: str, branch_id: str) -> None:
+        """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
+        async with self._lock:
+            session = self._require(session_id)
+            self._branch(session, session_id, branch_id)
+            session.active_branch = branch_id
+
+    async def truncate_after(
+        self, session_id: str, sequence: int, branch_id: str | None = None
+    ) -> None:
+        """Hard-delete a branch's own messages after ``sequence``; see StateStore."""
+        async with self._lock:
+            session = self._touch(session_id)
+            if session is None:
+                return
+            bid = branch_id or session.active_branch
+            branch = session.branches.get(bid)
+            if branch is None:
+                return
+            cut = max(sequence, branch.fork)
+            if branch.length <= cut:
+                return
+            for child in session.branches.values():
+                if child.parent == bid and child.fork > cut:
+                    inherited = branch.own[cut - branch.fork : child.fork - branch.fork]
+                    child.own[:0] = inherited
+                    child.fork = cut
+            del branch.own[cut - branch.fork :]
 
     async def claim(self, session_id: str, fence: int) -> None:
         """Record ``fence`` as the session's newest token (StaleLeaseError if older).
@@ -133,7 +250,8 @@ class MemoryStateStore:
             session = self._touch(session_id)
             if session is None:
                 return
-            _check_fence(session_id, session.fence, fence)
+            if session.fence > fence:
+                raise stale(session_id, session.fence, fence)
             session.fence = fence
 
     async def commit_turn(
@@ -142,8 +260,9 @@ class MemoryStateStore:
         messages: Sequence[ChatMessage],
         record: TurnRecord,
         fence: int | None = None,
+        branch_id: str | None = None,
     ) -> None:
-        """Append a turn's messages (active branch) and record its outcome, atomically.
+        """Append a turn's messages and record its outcome, atomically; see StateStore.
 
         Messages without a ``turn_id`` get the record's.
         """
@@ -154,13 +273,12 @@ class MemoryStateStore:
             )
         async with self._lock:
             session = self._require(session_id)
+            if fence is not None and session.fence > fence:
+                raise stale(session_id, session.fence, fence)
+            branch = self._branch(session, session_id, branch_id)
             if fence is not None:
-                _check_fence(session_id, session.fence, fence)
                 session.fence = fence
-            self._branch(session, session_id, None).extend(
-                m if m.turn_id else m.model_copy(update={"turn_id": record.turn_id})
-                for m in messages
-            )
+            _extend(branch, messages, record.turn_id)
             if not record.created_at:
                 record = record.model_copy(update={"created_at": time.time()})
             self._turns[record.turn_id] = record
@@ -169,17 +287,23 @@ class MemoryStateStore:
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
         async with self._lock:
+            self._evict()
             return self._turns.get(turn_id)
 
     async def close(self) -> None:
         """Nothing to release; the data stays readable."""
 
 
-def _check_fence(session_id: str, stored: int, fence: int) -> None:
-    if stored > fence:
-        raise StaleLeaseError(
-            f"session {session_id!r} has fencing token {stored}; a write with {fence} is stale",
-            session_id=session_id,
-            fence=fence,
-            newest=stored,
-        )
+def _extend(branch: _Branch, messages: Sequence[ChatMessage], turn_id: str | None) -> None:
+    start = branch.length + 1
+    branch.own.extend(
+        m.model_copy(update={"sequence": start + i, "turn_id": m.turn_id or turn_id})
+        for i, m in enumerate(messages)
+    )
+
+
+def _fresh(taken: dict[str, _Branch]) -> str:
+    while True:
+        candidate = new_branch_id()
+        if candidate not in taken:
+            return candidate

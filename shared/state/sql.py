@@ -17,38 +17,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import event, func, select, text, update
+from sqlalchemy import event, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from shared.errors import ConfigError, SessionNotFoundError, StaleLeaseError
+from shared.errors import BranchError, ConfigError, SessionNotFoundError
 from shared.messages import ChatMessage
-from shared.state.base import TRUNK, SessionInfo, TurnRecord
-from shared.state.sql_schema import (
-    branches,
-    dec,
-    enc,
-    messages,
-    metadata,
-    sessions,
-    to_message,
-    turns,
+from shared.state import sql_ops as ops
+from shared.state.base import (
+    TRUNK,
+    BranchInfo,
+    SessionInfo,
+    TurnRecord,
+    check_branch_id,
+    check_fork_point,
+    new_branch_id,
+    stale,
 )
+from shared.state.sql_schema import branches, dec, enc, sessions, turns
 from shared.turns import TurnStatus
 
 T = TypeVar("T")
 
 _DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
-_SCHEMA_LOCK_KEY = 0x72656163_7471  # pg advisory lock id: concurrent create_all must queue
+_SCHEMA_LOCK_KEY = 0x72656163_7471  # pg advisory lock id: concurrent migrations queue
 _BUSY_RETRIES = 8
 
 
@@ -57,6 +57,8 @@ class SqlStateStore:
 
     Build it with ``await SqlStateStore.open(url)`` (or construct, then ``init()``).
     ``engine`` lets a caller share one it made; the store then does not dispose it.
+    ``upgrade`` decides whether ``init`` may migrate the schema (see
+    ``migrate.prepare_schema``; None: SQLite yes, PostgreSQL only when empty).
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class SqlStateStore:
         pool_size: int = 5,
         max_overflow: int = 10,
         busy_timeout_seconds: float = 30.0,
+        upgrade: bool | None = None,
     ) -> None:
         if pool_size < 1 or max_overflow < 0 or busy_timeout_seconds <= 0:
             raise ValueError(
@@ -88,6 +91,9 @@ class SqlStateStore:
                 "use sqlite+aiosqlite:// or postgresql+asyncpg://"
             )
         self.dialect = backend
+        # None: SQLite (the embedded default) upgrades itself; PostgreSQL only
+        # creates the schema in an empty database and leaves upgrades to the operator.
+        self.upgrade = upgrade
         database = self.url.database or ""
         in_memory = backend == "sqlite" and database in ("", ":memory:")
         self._owns_engine = engine is None
@@ -123,7 +129,7 @@ class SqlStateStore:
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> SqlStateStore:
-        """A ready store: constructed, with its tables created if missing."""
+        """A ready store: constructed, its schema checked (and upgraded; see ``init``)."""
         store = cls(url, **kwargs)
         try:
             await store.init()
@@ -133,16 +139,45 @@ class SqlStateStore:
         return store
 
     async def init(self) -> None:
-        """Create the tables that are missing (safe to run from many processes at once)."""
+        """Bring the schema to the version this code knows (see ``migrate``).
 
-        async def create(conn: AsyncConnection) -> None:
+        Safe to run from many processes at once: the check and the upgrade run in
+        one write transaction (SQLite's write lock, a PostgreSQL advisory lock).
+        Raises SchemaVersionError for a schema newer than this code, or an older
+        one this store may not upgrade (``reactq db upgrade`` does).
+        """
+        from shared.state.migrate import prepare_schema
+
+        async def prepare(conn: AsyncConnection) -> None:
             if self.dialect == "postgresql":
                 await conn.execute(
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY}
                 )
-            await conn.run_sync(metadata.create_all)
+            await conn.run_sync(prepare_schema, self.upgrade)
 
-        await self._write(create)
+        await self._write(prepare)
+
+    async def migrate(self, revision: str = "head") -> str:
+        """Apply the schema migrations up to ``revision``; return the revision reached."""
+        from shared.state.migrate import migrate
+
+        async def op(conn: AsyncConnection) -> str:
+            if self.dialect == "postgresql":
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY}
+                )
+            return await conn.run_sync(migrate, revision)
+
+        return await self._write(op)
+
+    async def schema_revision(self) -> str | None:
+        """The database's schema revision (None for an empty database)."""
+        from shared.state.migrate import current_revision
+
+        async def op(conn: AsyncConnection) -> str | None:
+            return await conn.run_sync(current_revision)
+
+        return await self._read(op)
 
     # --- transactions -------------------------------------------------------------
 
@@ -197,7 +232,7 @@ class SqlStateStore:
                 .values(session_id=session_id, branch_id=TRUNK, created_at=now)
                 .on_conflict_do_nothing(index_elements=["session_id", "branch_id"])
             )
-            info = await _session_info(conn, session_id)
+            info = await ops.session_info(conn, session_id)
             if info is None:  # pragma: no cover - the row was just ensured
                 raise SessionNotFoundError(f"session {session_id!r} vanished")
             return info
@@ -206,29 +241,13 @@ class SqlStateStore:
 
     async def get_session(self, session_id: str) -> SessionInfo | None:
         """The session, or None if the store has never seen it."""
-        return await self._read(lambda conn: _session_info(conn, session_id))
+        return await self._read(lambda conn: ops.session_info(conn, session_id))
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
     ) -> list[ChatMessage]:
         """Messages of a branch (the active one by default), oldest first."""
-        branch = (
-            select(sessions.c.active_branch)
-            .where(sessions.c.session_id == session_id)
-            .scalar_subquery()
-            if branch_id is None
-            else branch_id
-        )
-        query = (
-            select(messages)
-            .where(messages.c.session_id == session_id, messages.c.branch_id == branch)
-            .order_by(messages.c.sequence)
-        )
-
-        async def op(conn: AsyncConnection) -> list[ChatMessage]:
-            return [to_message(row) for row in (await conn.execute(query)).mappings()]
-
-        return await self._read(op)
+        return await self._read(lambda conn: ops.read_branch(conn, session_id, branch_id))
 
     async def append(
         self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
@@ -236,8 +255,73 @@ class SqlStateStore:
         """Append messages to a branch (the active one by default), unfenced."""
 
         async def op(conn: AsyncConnection) -> None:
-            active, _fence = await _lock_session(conn, session_id)
-            await _append_rows(conn, session_id, branch_id or active, messages, None)
+            active, _fence = await ops.lock_session(conn, session_id)
+            await ops.append_rows(conn, session_id, branch_id or active, messages, None)
+
+        await self._write(op)
+
+    async def fork(
+        self,
+        session_id: str,
+        from_sequence: int,
+        *,
+        branch_id: str | None = None,
+        new_branch_id: str | None = None,
+        activate: bool = True,
+    ) -> str:
+        """Start a branch keeping messages 1..``from_sequence``; see StateStore.fork."""
+        new_id = check_branch_id(new_branch_id) if new_branch_id else _new_branch()
+
+        async def op(conn: AsyncConnection) -> str:
+            active, _fence = await ops.lock_session(conn, session_id)
+            source = branch_id or active
+            fork = await ops.fork_point(conn, session_id, source)
+            length = await ops.branch_length(conn, session_id, source, fork)
+            check_fork_point(session_id, source, from_sequence, length)
+            if await ops.has_branch(conn, session_id, new_id):
+                raise BranchError(
+                    f"session {session_id!r} already has a branch {new_id!r}",
+                    session_id=session_id,
+                    branch_id=new_id,
+                )
+            await conn.execute(
+                insert(branches).values(
+                    session_id=session_id,
+                    branch_id=new_id,
+                    parent_branch_id=source,
+                    fork_sequence=from_sequence,
+                    created_at=time.time(),
+                )
+            )
+            if activate:
+                await _set_active(conn, session_id, new_id)
+            return new_id
+
+        return await self._write(op)
+
+    async def list_branches(self, session_id: str) -> list[BranchInfo]:
+        """The session's branches, oldest first ([] for an unknown session)."""
+        return await self._read(lambda conn: ops.list_branches(conn, session_id))
+
+    async def switch_branch(self, session_id: str, branch_id: str) -> None:
+        """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
+
+        async def op(conn: AsyncConnection) -> None:
+            await ops.lock_session(conn, session_id)
+            await ops.fork_point(conn, session_id, branch_id)
+            await _set_active(conn, session_id, branch_id)
+
+        await self._write(op)
+
+    async def truncate_after(
+        self, session_id: str, sequence: int, branch_id: str | None = None
+    ) -> None:
+        """Hard-delete a branch's own messages after ``sequence``; see StateStore."""
+
+        async def op(conn: AsyncConnection) -> None:
+            locked = await ops.lock_session_if_any(conn, session_id)
+            if locked is not None:
+                await ops.truncate(conn, session_id, sequence, branch_id or locked[0])
 
         await self._write(op)
 
@@ -254,11 +338,9 @@ class SqlStateStore:
                 .values(fence=fence, updated_at=time.time())
             )
             if result.rowcount == 0:
-                stored = await conn.scalar(
-                    select(sessions.c.fence).where(sessions.c.session_id == session_id)
-                )
-                if stored is not None:
-                    raise _stale(session_id, stored, fence)
+                locked = await ops.lock_session_if_any(conn, session_id)
+                if locked is not None:
+                    raise stale(session_id, locked[1], fence)
 
         await self._write(op)
 
@@ -268,8 +350,9 @@ class SqlStateStore:
         messages: Sequence[ChatMessage],
         record: TurnRecord,
         fence: int | None = None,
+        branch_id: str | None = None,
     ) -> None:
-        """Append a turn's messages (active branch) and record its outcome, atomically.
+        """Append a turn's messages and record its outcome, atomically; see StateStore.
 
         Messages without a ``turn_id`` get the record's.
         """
@@ -288,17 +371,17 @@ class SqlStateStore:
         }
 
         async def op(conn: AsyncConnection) -> None:
-            active, stored = await _lock_session(conn, session_id)
+            active, stored = await ops.lock_session(conn, session_id)
             if fence is not None:
                 if stored > fence:
-                    raise _stale(session_id, stored, fence)
+                    raise stale(session_id, stored, fence)
                 if fence > stored:
                     await conn.execute(
                         update(sessions)
                         .where(sessions.c.session_id == session_id)
                         .values(fence=fence, updated_at=time.time())
                     )
-            await _append_rows(conn, session_id, active, messages, record.turn_id)
+            await ops.append_rows(conn, session_id, branch_id or active, messages, record.turn_id)
             await conn.execute(
                 self._insert(turns)
                 .values(turn_id=record.turn_id, **values)
@@ -355,6 +438,10 @@ def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout: float) -> None:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             cursor.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL: a commit no longer waits for an fsync of the log (a power
+            # cut may lose the last commits, never corrupt the file); several times
+            # the write rate of FULL.
+            cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
@@ -374,94 +461,13 @@ def _is_busy(exc: OperationalError) -> bool:
     return "locked" in message or "busy" in message
 
 
-def _stale(session_id: str, stored: int, fence: int) -> StaleLeaseError:
-    return StaleLeaseError(
-        f"session {session_id!r} has fencing token {stored}; a write with {fence} is stale",
-        session_id=session_id,
-        fence=fence,
-        newest=stored,
-    )
-
-
-async def _session_info(conn: AsyncConnection, session_id: str) -> SessionInfo | None:
-    row = (
-        (await conn.execute(select(sessions).where(sessions.c.session_id == session_id)))
-        .mappings()
-        .first()
-    )
-    if row is None:
-        return None
-    return SessionInfo(
-        session_id=row["session_id"],
-        agent=row["agent"],
-        active_branch=row["active_branch"],
-        fence=row["fence"],
-        created_at=row["created_at"],
-    )
-
-
-async def _lock_session(conn: AsyncConnection, session_id: str) -> tuple[str, int]:
-    """The session's (active branch, fence), its row locked until the transaction ends."""
-    row = (
-        await conn.execute(
-            select(sessions.c.active_branch, sessions.c.fence)
-            .where(sessions.c.session_id == session_id)
-            .with_for_update()
-        )
-    ).first()
-    if row is None:
-        raise SessionNotFoundError(f"no session {session_id!r} in the store")
-    return str(row[0]), int(row[1])
-
-
-async def _append_rows(
-    conn: AsyncConnection,
-    session_id: str,
-    branch_id: str,
-    new: Sequence[ChatMessage],
-    turn_id: str | None,
-) -> None:
-    """Insert messages after the branch's last one (the session row must be locked)."""
-    fork = (
-        await conn.execute(
-            select(branches.c.fork_sequence).where(
-                branches.c.session_id == session_id, branches.c.branch_id == branch_id
-            )
-        )
-    ).first()
-    if fork is None:
-        raise ValueError(f"session {session_id!r} has no branch {branch_id!r}")
-    if not new:
-        return
-    last = await conn.scalar(
-        select(func.max(messages.c.sequence)).where(
-            messages.c.session_id == session_id, messages.c.branch_id == branch_id
-        )
-    )
-    # A forked branch numbers its own messages from the fork point on.
-    start = last + 1 if last is not None else (fork[0] or 0)
-    now = time.time()
+async def _set_active(conn: AsyncConnection, session_id: str, branch_id: str) -> None:
     await conn.execute(
-        messages.insert(),
-        [
-            {
-                "session_id": session_id,
-                "branch_id": branch_id,
-                "sequence": start + offset,
-                "role": message.role,
-                "content": enc(message.content),
-                "name": enc(message.name),
-                "tool_calls": None
-                if message.tool_calls is None
-                else enc(
-                    json.dumps(
-                        [call.model_dump() for call in message.tool_calls], ensure_ascii=False
-                    )
-                ),
-                "tool_call_id": enc(message.tool_call_id),
-                "turn_id": message.turn_id or turn_id,
-                "created_at": now,
-            }
-            for offset, message in enumerate(new)
-        ],
+        update(sessions)
+        .where(sessions.c.session_id == session_id)
+        .values(active_branch=branch_id, updated_at=time.time())
     )
+
+
+def _new_branch() -> str:
+    return new_branch_id()

@@ -1,17 +1,18 @@
-"""The SQL state store's tables, in one place (what migrations will be generated from),
-and how message values are stored in them.
+"""The SQL state store's tables, in one place, and how message values are stored.
+
+The schema is versioned by the Alembic migrations in ``shared/state/migrations``;
+a change here needs a new revision there (``SCHEMA_REVISION`` names the newest).
 
 Times are Unix seconds (double precision), as in the pydantic models. A session is
 a tree of branches: a branch forked from ``parent_branch_id`` at
-``fork_sequence`` inherits the parent's messages with ``sequence <
-fork_sequence`` and numbers its own from there, so a message's ``sequence`` is its
-position in the branch's whole history.
+``fork_sequence`` N inherits the parent's messages 1..N and numbers its own from
+N+1, so a message's ``sequence`` is its 1-based position in the branch's whole
+history. ``audit_events`` is the long-term record of every event of every turn.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from sqlalchemy import (
@@ -29,6 +30,12 @@ from sqlalchemy import (
 )
 
 from shared.messages import ChatMessage, ToolCall
+from shared.state.text import MARK, dec, enc
+
+__all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
+
+SCHEMA_REVISION = "0002"
+"""The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
 
@@ -93,28 +100,24 @@ turns = Table(
     Column("created_at", Double, nullable=False),
 )
 
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("session_id", String(128), nullable=False, index=True),
+    Column("turn_id", String(128), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(32), nullable=False),
+    Column("event_id", String(64), nullable=True),
+    Column("payload", Text, nullable=False),
+    Column("ts", Double, nullable=False),
+    Column("recorded_at", Double, nullable=False),
+)
+Index("ix_audit_events_turn", audit_events.c.turn_id, audit_events.c.id)
+
 
 # --- stored values ------------------------------------------------------------
-
-# Text SQL drivers refuse: NUL (PostgreSQL) and lone surrogates (UTF-8). Such a
-# value, or one that starts with the marker, is stored as marker + unicode_escape;
-# everything else is stored as it is.
-MARK = "\ue000"
-_UNSAFE = re.compile("[\x00\ud800-\udfff]")
-
-
-def enc(value: str | None) -> str | None:
-    """A text value as stored (escaped only if a driver would refuse it)."""
-    if value is None or not (value.startswith(MARK) or _UNSAFE.search(value)):
-        return value
-    return MARK + value.encode("unicode_escape").decode("ascii")
-
-
-def dec(value: str | None) -> str | None:
-    """The text value ``enc`` stored."""
-    if value is None or not value.startswith(MARK):
-        return value
-    return value[1:].encode("ascii").decode("unicode_escape")
 
 
 def dump_calls(calls: list[ToolCall] | None) -> str | None:
@@ -136,4 +139,28 @@ def to_message(row: Any) -> ChatMessage:
         else [ToolCall.model_validate(call) for call in json.loads(raw_calls)],
         tool_call_id=dec(row["tool_call_id"]),
         turn_id=row["turn_id"],
+        sequence=row["sequence"],
     )
+
+
+def message_row(
+    session_id: str,
+    branch_id: str,
+    sequence: int,
+    message: ChatMessage,
+    turn_id: str | None,
+    now: float,
+) -> dict[str, Any]:
+    """A ChatMessage as a ``messages`` row."""
+    return {
+        "session_id": session_id,
+        "branch_id": branch_id,
+        "sequence": sequence,
+        "role": message.role,
+        "content": enc(message.content),
+        "name": enc(message.name),
+        "tool_calls": dump_calls(message.tool_calls),
+        "tool_call_id": enc(message.tool_call_id),
+        "turn_id": message.turn_id or turn_id,
+        "created_at": now,
+    }

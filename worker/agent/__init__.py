@@ -1,30 +1,63 @@
 """The ReAct kernel: loop, runner, LLM clients and tools. Imports no Celery."""
 
+from worker.agent.cancel import CancelHandle
+from worker.agent.interventions import (
+    BeforeToolFallback,
+    DenyToolCall,
+    Hooks,
+    Interventions,
+    ReplaceToolArgs,
+    ToolCallInfo,
+    ToolDecision,
+    ToolGate,
+)
 from worker.agent.llm import (
     LLMClient,
     LLMResponse,
     OpenAICompatibleClient,
     ScriptedLLM,
 )
+from worker.agent.llm.base import RequestOptions
+from worker.agent.llm.retry import RetryPolicy
 from worker.agent.loop import AgentLoop, RunResult, ToolMode
+from worker.agent.parsers import JsonParser, ParsedStep, Parser, ProseParser
 from worker.agent.runner import AgentRunner
 from worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext, tool
+from worker.agent.usage import ModelPrice
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # running agents
     "AgentLoop",
     "AgentRunner",
+    "CancelHandle",
     "RunResult",
     "ToolMode",
+    # text tool modes
+    "JsonParser",
+    "ParsedStep",
+    "Parser",
+    "ProseParser",
     # tools
     "Registry",
     "Tool",
     "ToolArgumentsError",
     "ToolContext",
     "tool",
-    # models
+    # interventions, approvals, hooks
+    "BeforeToolFallback",
+    "DenyToolCall",
+    "Hooks",
+    "Interventions",
+    "ReplaceToolArgs",
+    "ToolCallInfo",
+    "ToolDecision",
+    "ToolGate",
+    # models, usage
     "LLMClient",
     "LLMResponse",
+    "ModelPrice",
     "OpenAICompatibleClient",
+    "RequestOptions",
+    "RetryPolicy",
     "ScriptedLLM",
 ]

@@ -45,7 +45,7 @@ def format_tool_result(result: Any) -> str:
         return safe_text(result)
     try:
         text = json.dumps(result, ensure_ascii=False, default=_jsonable)
-    except (TypeError, ValueError, RecursionError):  # circular references, odd keys
+    except Exception:  # circular references, odd keys, a __str__ that raises
         try:
             text = repr(result)
         except Exception:  # a broken __repr__ must not fail the call

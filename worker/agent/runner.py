@@ -12,6 +12,7 @@ A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from shared.bus import TurnEmitter
 from shared.errors import AgentMismatchError, ReactqError, StaleLeaseError
@@ -23,7 +24,9 @@ from worker.agent.cancel import CancelHandle, CancelSignal
 from worker.agent.loop import AgentLoop
 from worker.agent.tools import ToolContext
 
-__all__ = ["AgentRunner"]
+__all__ = ["INTERRUPTED_MESSAGE", "AgentRunner"]
+
+INTERRUPTED_MESSAGE = "[interrupted: the user sent a newer message before this answer was done]"
 
 
 class AgentRunner:
@@ -43,6 +46,7 @@ class AgentRunner:
         emitter: TurnEmitter,
         fence: int | None = None,
         cancel: CancelHandle | None = None,
+        keep_partial: Callable[[], bool] | None = None,
     ) -> FinalEvent:
         """Run one turn and return its (already emitted) final event.
 
@@ -52,11 +56,22 @@ class AgentRunner:
         the commit is refused because a newer lease exists (no final is emitted
         then), and re-raises CancelledError (the caller decides whether a
         cancelled task is final or re-run).
+
+        ``keep_partial``, asked when the turn is cancelled, turns the cancel into
+        an interrupt: the user message and the completed steps are committed,
+        closed by an assistant message that marks the turn as interrupted, so the
+        next turn runs on top of them.
         """
         cost: float | None = None
         signal = CancelSignal(cancel) if cancel is not None else None
         try:
+            user = ChatMessage(role="user", content=message, turn_id=turn_id)
             if signal is not None and signal.is_set():
+                if keep_partial is not None and keep_partial():
+                    await self._commit_interrupted(session_id, user, [], emitter, fence)
+                    return await emitter.emit(
+                        FinalEvent, text=INTERRUPTED_MESSAGE, status=TurnStatus.CANCELLED
+                    )
                 return await emitter.emit(
                     FinalEvent,
                     text=self.loop.cancelled_message,
@@ -75,11 +90,23 @@ class AgentRunner:
                 return await emitter.emit(
                     FinalEvent, text=mismatch.message, status=TurnStatus.REJECTED, usage={}
                 )
-            history = await self.store.get_messages(session_id)
-            user = ChatMessage(role="user", content=message, turn_id=turn_id)
+            # The turn runs on the branch active when it starts, even if another
+            # branch is switched to while it runs.
+            branch = info.active_branch
+            history = await self.store.get_messages(session_id, branch)
             context = ToolContext(session_id=session_id, turn_id=turn_id, attempt=emitter.attempt)
             result = await self.loop.run([*history, user], emitter, context=context, cancel=cancel)
             if result.status is TurnStatus.CANCELLED:
+                if keep_partial is not None and keep_partial():
+                    steps = result.messages[:-1]  # the last one is the cancel notice
+                    await self._commit_interrupted(session_id, user, steps, emitter, fence)
+                    return await emitter.emit(
+                        FinalEvent,
+                        text=INTERRUPTED_MESSAGE,
+                        status=TurnStatus.CANCELLED,
+                        usage=result.usage,
+                        cost=result.cost,
+                    )
                 return await emitter.emit(
                     FinalEvent,
                     text=result.text,
@@ -99,7 +126,9 @@ class AgentRunner:
                 final_text=result.text,
                 error=result.error.code if result.error is not None else None,
             )
-            await self.store.commit_turn(session_id, [user, *produced], record, fence=fence)
+            await self.store.commit_turn(
+                session_id, [user, *produced], record, fence=fence, branch_id=branch
+            )
             text, status, usage, cost = result.text, result.status, result.usage, result.cost
         except (StaleLeaseError, asyncio.CancelledError):
             raise
@@ -114,6 +143,27 @@ class AgentRunner:
         # Outside the try: if the bus cannot take the final, retrying here could
         # publish it twice; the caller sees the exception instead.
         return await emitter.emit(FinalEvent, text=text, status=status, usage=usage, cost=cost)
+
+    async def _commit_interrupted(
+        self,
+        session_id: str,
+        user: ChatMessage,
+        steps: list[ChatMessage],
+        emitter: TurnEmitter,
+        fence: int | None,
+    ) -> None:
+        turn_id = emitter.turn_id
+        marker = ChatMessage(role="assistant", content=INTERRUPTED_MESSAGE, turn_id=turn_id)
+        record = TurnRecord(
+            turn_id=turn_id,
+            session_id=session_id,
+            status=TurnStatus.CANCELLED,
+            attempt=emitter.attempt,
+            final_text=INTERRUPTED_MESSAGE,
+            error="interrupted",
+        )
+        produced = [m.model_copy(update={"turn_id": turn_id}) for m in steps]
+        await self.store.commit_turn(session_id, [user, *produced, marker], record, fence=fence)
 
     async def _emit_error(self, emitter: TurnEmitter, error: ReactqError) -> None:
         try:

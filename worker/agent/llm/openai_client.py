@@ -160,6 +160,11 @@ class OpenAICompatibleClient:
         try:
             async for chunk in stream:
                 await assembler.add(chunk)
+        except openai.APIConnectionError as exc:  # the SDK's wrapping of a dropped body
+            raise LLMStreamCutError(
+                f"the stream stopped after {assembler.chunks} events: {self._redact(str(exc))}",
+                base_url=self.base_url,
+            ) from None
         except (LLMError, openai.OpenAIError):
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as exc:

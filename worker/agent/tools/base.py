@@ -73,6 +73,10 @@ class Tool:
         self.timeout: float | None = timeout
         self._is_async = inspect.iscoroutinefunction(fn)
         self._args_model, self._context_params = _arguments_model(fn, self.name)
+        # Resolved once: reading model_fields on every call costs more than the call.
+        self._fields = [
+            (key, field.alias or key) for key, field in self._args_model.model_fields.items()
+        ]
         self.parameters: dict[str, Any] = _clean_schema(self._args_model.model_json_schema())
         functools.update_wrapper(self, fn)
 
@@ -107,10 +111,7 @@ class Tool:
                 f"invalid arguments for tool {self.name!r}: {problems}", tool=self.name
             ) from None
         # Attribute access (not model_dump) keeps nested models and dataclasses as objects.
-        return {
-            field.alias or key: getattr(model, key)
-            for key, field in type(model).model_fields.items()
-        }
+        return {alias: getattr(model, key) for key, alias in self._fields}
 
     async def call(self, args: dict[str, Any], ctx: ToolContext | None = None) -> Any:
         """Validate ``args`` and run the function (sync functions run in a thread)."""

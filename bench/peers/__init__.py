@@ -1,0 +1,1 @@
+"""Benchmark runners, one per framework, each run in that framework's own virtualenv."""

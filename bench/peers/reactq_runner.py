@@ -1,0 +1,125 @@
+"""reactq's side of bench/kernel.py (runs in the project's .venv)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from bench.peers.common import (
+    FINAL_TEXT,
+    emit,
+    measure,
+    parse_args,
+    raw_sdk_turn,
+    step_for,
+)
+from shared.bus import TurnEmitter
+from shared.messages import ChatMessage, ToolCall
+from shared.state.memory import MemoryStateStore
+from worker.agent import AgentLoop, AgentRunner, LLMResponse, OpenAICompatibleClient, tool
+from worker.agent.llm.base import DeltaSink, RequestOptions
+from worker.agent.tools import Registry
+
+
+@tool
+async def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny, 18 C in {city}"
+
+
+@tool
+async def get_time(tz: str) -> str:
+    """The time in a zone."""
+    return f"12:00 {tz}"
+
+
+class NullBus:
+    """Takes events and drops them: the loop's own cost, not a bus's."""
+
+    async def publish(self, event: Any) -> Any:
+        return event
+
+
+class ScriptedClient:
+    """Stateless: the step comes from the number of tool messages."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model: str,
+        tools: list[dict[str, Any]] | None,
+        stream: bool = False,
+        options: RequestOptions | None = None,
+        on_delta: DeltaSink | None = None,
+    ) -> LLMResponse:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        done = sum(1 for m in messages if m["role"] == "tool")
+        step = step_for(done)
+        usage = {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
+        if step is None:
+            return LLMResponse(content=FINAL_TEXT, finish_reason="stop", usage=usage)
+        name, _args = step
+        arguments = '{"city": "Paris"}' if name == "get_weather" else '{"tz": "UTC"}'
+        call = ToolCall(id=f"call_{done}", name=name, arguments=arguments)
+        return LLMResponse(tool_calls=[call], finish_reason="tool_calls", usage=usage)
+
+
+async def main() -> None:
+    args = parse_args()
+    bus = NullBus()
+    http = args.mode == "http"
+    if args.scenario == "raw":
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=args.base_url, api_key="sk-bench", max_retries=0)
+
+        async def raw(i: int) -> None:
+            await raw_sdk_turn(client, "bench-model")
+
+        result = await measure(raw, args)
+        await client.close()
+        emit({"framework": "openai SDK", "scenario": "raw", "mode": args.mode, **result})
+        return
+    llm: Any = (
+        OpenAICompatibleClient(base_url=args.base_url, api_key="sk-bench", max_retries=0)
+        if http
+        else ScriptedClient(args.latency)
+    )
+    loop = AgentLoop(llm, Registry([get_weather, get_time]), model="bench-model")
+    question = "Weather and time in Paris?"
+    if args.scenario == "loop":
+
+        async def turn(i: int) -> None:
+            emitter = TurnEmitter(bus, f"s{i}", f"t{i}")  # type: ignore[arg-type]
+            user = ChatMessage(role="user", content=question)
+            result = await loop.run([user], emitter)
+            assert result.text == FINAL_TEXT, result
+
+    else:
+        runner = AgentRunner(loop, MemoryStateStore(), "bench")
+
+        async def turn(i: int) -> None:
+            emitter = TurnEmitter(bus, f"s{i}", f"t{i}")  # type: ignore[arg-type]
+            final = await runner.run_turn(
+                session_id=f"s{i}", message=question, turn_id=f"t{i}", emitter=emitter
+            )
+            assert final.text == FINAL_TEXT, final
+
+    result = await measure(turn, args)
+    if http:
+        await llm.aclose()
+    name = "reactq AgentLoop" if args.scenario == "loop" else "reactq AgentRunner+Memory"
+    emit({"framework": name, "scenario": args.scenario, "mode": args.mode, **result})
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

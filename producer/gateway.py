@@ -1,0 +1,321 @@
+"""The HTTP gateway: turns in and events out for services in any language.
+
+An ASGI app (FastAPI); ``reactq serve`` runs it under uvicorn, and
+``uvicorn producer.gateway:app`` works too. It is stateless: run as many as you
+like behind a load balancer, and any of them can stream any session.
+
+::
+
+    POST /v1/sessions/{session_id}/turns     submit a turn            202 409 413 422
+    GET  /v1/sessions/{session_id}/events    Server-Sent Events: replay, then live
+    GET  /v1/sessions/{session_id}/messages  the conversation (?branch=)
+    GET  /v1/turns/{turn_id}                 status, attempt, final
+    POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it
+    GET  /healthz  /readyz  /openapi.json  /  (the watch page)
+
+Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Security
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from redis.asyncio import Redis
+from starlette.background import BackgroundTask
+from starlette.middleware.cors import CORSMiddleware
+
+from producer.client import Producer
+from producer.gateway_errors import ERROR_RESPONSES, GatewayError, install_error_handlers
+from producer.gateway_fanout import Fanout
+from producer.gateway_models import (
+    CancelAccepted,
+    Health,
+    Readiness,
+    TurnAccepted,
+    TurnCreate,
+    TurnInfo,
+)
+from producer.gateway_security import ApiKeys, BodyLimit
+from producer.gateway_sse import event_stream
+from producer.gateway_turns import find_turn, readiness
+from shared.messages import ChatMessage
+from shared.settings import Settings
+from shared.turns import SESSION_ID_RE, TurnStatus
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+STREAM_ID_PATTERN = r"^(\d{1,20}(-\d{1,20})?|\$)$"
+TURN_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+
+SessionId = Annotated[
+    str,
+    PathParam(pattern=SESSION_ID_RE.pattern, description="The session (1-128 of [A-Za-z0-9._:-])"),
+]
+TurnId = Annotated[str, PathParam(pattern=TURN_ID_PATTERN, description="The turn's id")]
+
+_bearer = HTTPBearer(auto_error=False, description="One of the keys in REACTQ_API_KEYS")
+
+
+class Gateway:
+    """What the routes share: settings, the producer and the fan-out."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = ApiKeys(settings.api_keys)
+        self.producer = Producer(settings)
+        self.pubsub_redis: Redis = Redis.from_url(settings.redis_url)
+        self.fanout = Fanout(self.pubsub_redis, self.producer.keys, settings.sse_client_buffer)
+
+    async def start(self) -> None:
+        """Open the pub/sub connection (retrying in the background if Redis is down)."""
+        try:
+            await self.fanout.start()
+        except Exception as exc:
+            logger.warning("Redis pub/sub unavailable at startup (%s); retrying", exc)
+            self._retry = asyncio.create_task(self.fanout.restart())
+
+    async def close(self) -> None:
+        """Release every connection."""
+        await self.fanout.close()
+        await self.pubsub_redis.aclose()
+        await self.producer.close()
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+GatewayDep = Annotated[Gateway, Depends(_gateway)]
+
+
+async def _require_key(
+    gateway: GatewayDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> None:
+    if not gateway.keys.accepts(credentials.credentials if credentials else None):
+        raise GatewayError(
+            401, "unauthorized", "a valid API key is required: send 'Authorization: Bearer KEY'"
+        )
+
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(_require_key)], responses=ERROR_RESPONSES)
+
+
+@router.post(
+    "/sessions/{session_id}/turns",
+    status_code=202,
+    response_model=TurnAccepted,
+    summary="Submit a turn",
+    responses={409: ERROR_RESPONSES[409], 413: ERROR_RESPONSES[413], 501: ERROR_RESPONSES[501]},
+)
+async def submit_turn(session_id: SessionId, body: TurnCreate, gateway: GatewayDep) -> TurnAccepted:
+    """Validate and enqueue a turn; 409 when the strategy rejects it."""
+    handle = await gateway.producer.submit(
+        session_id, body.message, agent=body.agent, strategy=body.strategy, metadata=body.metadata
+    )
+    queued_id = handle.queued.id or "0"
+    ms = int(queued_id.split("-")[0])
+    # Start the stream just before the turn's ``queued`` event, so it is replayed too.
+    events_url = f"/v1/sessions/{session_id}/events?turn_id={handle.turn_id}&after={max(ms - 1, 0)}"
+    return TurnAccepted(
+        turn_id=handle.turn_id,
+        session_id=session_id,
+        status=TurnStatus.QUEUED,
+        events_url=events_url,
+    )
+
+
+@router.get(
+    "/sessions/{session_id}/events",
+    response_class=StreamingResponse,
+    summary="Stream a session's events (Server-Sent Events)",
+    responses={
+        200: {
+            "description": "``text/event-stream``: each message has ``id:`` (the stream id), "
+            "``event:`` (the event type) and ``data:`` (the event's JSON); comments are "
+            "keep-alives.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        404: ERROR_RESPONSES[404],
+        503: ERROR_RESPONSES[503],
+    },
+)
+async def stream_events(
+    session_id: SessionId,
+    gateway: GatewayDep,
+    after: Annotated[
+        str | None,
+        Query(
+            pattern=STREAM_ID_PATTERN,
+            description="Replay after this event id ('0', the default: the whole stream; "
+            "'$': live only). The Last-Event-ID header wins over it.",
+        ),
+    ] = None,
+    turn_id: Annotated[
+        str | None,
+        Query(pattern=TURN_ID_PATTERN, description="Only this turn; closes after its final."),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(alias="Last-Event-ID", pattern=STREAM_ID_PATTERN, description="Resume after it."),
+    ] = None,
+) -> StreamingResponse:
+    """Replay the session's events after a point, then follow them live."""
+    start = last_event_id or after or "0"
+    if turn_id is not None:
+        found = await gateway.producer.queue.turn_status(turn_id)
+        if found is None or found[0] != session_id:
+            raise GatewayError(404, "turn_not_found", "no such turn in this session")
+    try:
+        listener = await gateway.fanout.attach(session_id)
+    except (RuntimeError, TimeoutError) as exc:
+        raise GatewayError(503, "unavailable", "live events are unavailable; retry") from exc
+    body = event_stream(
+        gateway.producer.redis,
+        gateway.producer.keys,
+        gateway.fanout,
+        listener,
+        after=None if start == "$" else start,
+        turn_id=turn_id,
+        heartbeat_seconds=gateway.settings.sse_heartbeat_seconds,
+    )
+    return StreamingResponse(
+        body,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        # Also detaches when the client left before the stream began.
+        background=BackgroundTask(gateway.fanout.detach, listener),
+    )
+
+
+@router.get(
+    "/sessions/{session_id}/messages",
+    response_model=list[ChatMessage],
+    summary="A session's conversation",
+    responses={404: ERROR_RESPONSES[404]},
+)
+async def session_messages(
+    session_id: SessionId,
+    gateway: GatewayDep,
+    branch: Annotated[
+        str | None,
+        Query(pattern=TURN_ID_PATTERN, description="A branch id (default: the active one)"),
+    ] = None,
+) -> list[ChatMessage]:
+    """The messages of one branch of the session, oldest first."""
+    store = await gateway.producer.store()
+    if await store.get_session(session_id) is None:
+        raise GatewayError(404, "session_not_found", "no such session")
+    return await store.get_messages(session_id, branch_id=branch)
+
+
+@router.get(
+    "/turns/{turn_id}",
+    response_model=TurnInfo,
+    summary="A turn's status",
+    responses={404: ERROR_RESPONSES[404]},
+)
+async def turn_info(turn_id: TurnId, gateway: GatewayDep) -> TurnInfo:
+    """Status, latest attempt and (once ended) the final event of a recent turn."""
+    info = await find_turn(gateway.producer, turn_id)
+    if info is None:
+        raise GatewayError(404, "turn_not_found", "no such turn")
+    return info
+
+
+@router.post(
+    "/turns/{turn_id}/cancel",
+    status_code=202,
+    response_model=CancelAccepted,
+    summary="Cancel a turn",
+    responses={404: ERROR_RESPONSES[404], 501: ERROR_RESPONSES[501]},
+)
+async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
+    """Ask the pool to cancel a queued or running turn (its final says ``cancelled``)."""
+    cancel = getattr(gateway.producer, "cancel", None)
+    if cancel is None:
+        raise GatewayError(
+            501, "not_implemented", "cancellation is not available in this version of reactq"
+        )
+    result = await cancel(turn_id)
+    if result.outcome == "unknown" or result.session_id is None:
+        raise GatewayError(404, "turn_not_found", "no such turn")
+    return CancelAccepted(
+        turn_id=turn_id, session_id=result.session_id, outcome=result.outcome, status=result.status
+    )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The gateway as an ASGI app, configured from ``settings`` (default: the env)."""
+    settings = settings or Settings.from_env()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        gateway = Gateway(settings)
+        app.state.gateway = gateway
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    app = FastAPI(
+        title="reactq gateway",
+        version="1",
+        summary="Submit turns to a reactq pool and stream their events.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(router)
+
+    @app.get("/healthz", response_model=Health, tags=["health"])
+    async def healthz() -> Health:
+        """The process is up."""
+        return Health()
+
+    @app.get(
+        "/readyz",
+        response_model=Readiness,
+        tags=["health"],
+        responses={503: {"model": Readiness, "description": "A service does not answer"}},
+    )
+    async def readyz(request: Request) -> Any:
+        """Redis, the broker and the state store answer (503 naming the one that does not)."""
+        return await readiness(_gateway(request))
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["Content-Type"],
+        )
+    # Outermost: an oversized body is refused before anything reads it.
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    # ``uvicorn producer.gateway:app`` builds the app from the environment on demand,
+    # so importing this module has no side effects.
+    if name == "app":
+        return create_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

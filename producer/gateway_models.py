@@ -1,0 +1,113 @@
+"""Request and response bodies of the gateway (the OpenAPI schemas).
+
+Events and messages are the pydantic models of ``shared/``; these are only the
+envelopes around them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.events import FinalEvent
+from shared.turns import MultitaskStrategy, TurnStatus
+
+AGENT_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+
+
+class TurnCreate(BaseModel):
+    """A turn to submit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(min_length=1)
+    """The user's message (at most REACTQ_MAX_MESSAGE_BYTES bytes of UTF-8)."""
+    agent: str = Field(pattern=AGENT_PATTERN)
+    """The agent that runs it."""
+    strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
+    """What to do when the session is busy."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form data attached to the turn."""
+
+
+class TurnAccepted(BaseModel):
+    """A turn the gateway put on the session's queue."""
+
+    turn_id: str
+    """The new turn's id."""
+    session_id: str
+    """Its session."""
+    status: TurnStatus
+    """``queued``."""
+    events_url: str
+    """Where to stream this turn's events (closes after its ``final``)."""
+
+
+class TurnInfo(BaseModel):
+    """Where a turn is."""
+
+    turn_id: str
+    """The turn."""
+    session_id: str
+    """Its session."""
+    status: TurnStatus
+    """Its status."""
+    attempt: int
+    """The latest attempt seen (0 before a worker has started it)."""
+    final: FinalEvent | None = None
+    """Its final event, once it has ended and while the session's stream holds it."""
+
+
+class CancelAccepted(BaseModel):
+    """What a cancellation request did."""
+
+    turn_id: str
+    """The turn."""
+    session_id: str
+    """Its session."""
+    outcome: Literal["cancelled", "cancelling", "already_finished"]
+    """``cancelled`` (it was still queued), ``cancelling`` (it stops at its next step)
+    or ``already_finished`` (nothing to do)."""
+    status: TurnStatus | None = None
+    """The turn's status after the request, when known."""
+
+
+class FieldError(BaseModel):
+    """One problem with one input field."""
+
+    field: str
+    """Where: ``body.message``, ``path.session_id``, ``query.after``…"""
+    reason: str
+    """What is wrong with it."""
+
+
+class ErrorBody(BaseModel):
+    """Every error the gateway answers."""
+
+    code: str
+    """Stable and machine-readable (see shared/errors.py)."""
+    message: str
+    """For a person."""
+    field: str | None = None
+    """The input field at fault, when one is."""
+    errors: list[FieldError] = Field(default_factory=list)
+    """Every field at fault, for invalid input."""
+    turn_id: str | None = None
+    """The refused turn, when a strategy rejected it (its final says ``rejected``)."""
+
+
+class Health(BaseModel):
+    """The process answers."""
+
+    status: Literal["ok"] = "ok"
+    """Always ``ok``."""
+
+
+class Readiness(BaseModel):
+    """Whether the services the gateway needs answer."""
+
+    status: Literal["ready", "unavailable"]
+    """``ready`` when every check passed."""
+    checks: dict[str, str]
+    """Service -> ``ok`` or what went wrong."""

@@ -1,0 +1,174 @@
+// The reactq watch page: submit a turn and follow the session's events live.
+// Events arrive over fetch() as Server-Sent Events (fetch, not EventSource, so the
+// API key can travel in the Authorization header); after a dropped connection the
+// page reconnects with Last-Event-ID and the gateway resumes exactly after it.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { session: null, lastId: null, controller: null, retryTimer: null, turns: new Map() };
+// For tests and the curious: every event id received, in order, and a way to drop the stream.
+window.reactqDebug = { ids: [], connects: 0, drop: () => state.controller && state.controller.abort("drop") };
+
+for (const name of ["session", "agent", "apikey"]) {
+  const saved = localStorage.getItem("reactq." + name);
+  if (saved && !$(name).value) $(name).value = saved;
+  $(name).addEventListener("change", () => localStorage.setItem("reactq." + name, $(name).value));
+}
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  const key = $("apikey").value.trim();
+  if (key) h["Authorization"] = "Bearer " + key;
+  return h;
+}
+
+function setConn(text, cls) { const c = $("conn"); c.textContent = text; c.className = "conn " + cls; }
+function notice(text) { $("notice").textContent = text || ""; }
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function turnBox(ev) {
+  let box = state.turns.get(ev.turn_id);
+  if (!box) {
+    box = el("article", "turn");
+    box.dataset.turnId = ev.turn_id;
+    const head = el("div", "head");
+    head.append(el("span", "tid", ev.turn_id), el("span", "status queued", "queued"));
+    box.append(head);
+    $("timeline").append(box);
+    state.turns.set(ev.turn_id, box);
+  }
+  return box;
+}
+
+function setStatus(box, status) {
+  const s = box.querySelector(".status");
+  s.textContent = status; s.className = "status " + status;
+}
+
+function line(box, ev, cls, tag, body) {
+  const row = el("div", "ev " + cls);
+  row.dataset.eventId = ev.id;
+  row.append(el("span", "tag", tag));
+  if (typeof body === "string") row.append(document.createTextNode(body)); else row.append(body);
+  box.append(row);
+  return row;
+}
+
+function code(text) { return el("code", "", text); }
+
+function render(ev) {
+  const box = turnBox(ev);
+  switch (ev.type) {
+    case "queued": line(box, ev, "user", "you", ev.message); break;
+    case "started":
+      setStatus(box, "running");
+      line(box, ev, "started", "started", `attempt ${ev.attempt}` + (ev.worker ? ` on ${ev.worker}` : ""));
+      break;
+    case "thought": line(box, ev, "thought", "thought", ev.text); break;
+    case "action": {
+      const args = typeof ev.args === "string" ? ev.args : JSON.stringify(ev.args);
+      const span = el("span"); span.append(document.createTextNode(ev.tool + " "), code(args));
+      line(box, ev, "action", "tool call", span); break;
+    }
+    case "observation": {
+      const span = el("span"); span.append(document.createTextNode(ev.tool + " → "), code(ev.output));
+      line(box, ev, "observation", "result", span); break;
+    }
+    case "tool_failed": line(box, ev, "tool_failed", "tool error", `${ev.tool}: ${ev.error}`); break;
+    case "error": line(box, ev, "error", "error", `${ev.code}: ${ev.message}`); break;
+    case "final": {
+      setStatus(box, ev.status);
+      const row = line(box, ev, "final" + (ev.status === "completed" ? "" : " failed"), "answer", ev.text);
+      row.classList.add("answer");
+      break;
+    }
+    default: break;  // usage, deltas: not shown
+  }
+}
+
+function handleBlock(block) {
+  let id = null, type = "message", data = "";
+  for (const raw of block.split("\n")) {
+    if (!raw || raw.startsWith(":")) continue;
+    const i = raw.indexOf(":");
+    const field = i < 0 ? raw : raw.slice(0, i);
+    const value = i < 0 ? "" : raw.slice(i + 1).replace(/^ /, "");
+    if (field === "id") id = value;
+    else if (field === "event") type = value;
+    else if (field === "data") data += (data ? "\n" : "") + value;
+  }
+  if (!data) return;
+  if (id !== null) { state.lastId = id; window.reactqDebug.ids.push(id); }
+  try { render(JSON.parse(data)); } catch (err) { console.error("bad event", type, err); }
+}
+
+async function connect(session) {
+  const controller = new AbortController();
+  state.controller = controller;
+  const h = headers({ Accept: "text/event-stream" });
+  if (state.lastId) h["Last-Event-ID"] = state.lastId;
+  const url = `/v1/sessions/${encodeURIComponent(session)}/events` + (state.lastId ? "" : "?after=0");
+  setConn(state.lastId ? "resuming…" : "connecting…", "retry");
+  try {
+    const resp = await fetch(url, { headers: h, signal: controller.signal, cache: "no-store" });
+    if (!resp.ok) {
+      const body = await resp.json().catch(() => ({}));
+      notice(`${resp.status}: ${body.message || resp.statusText}`);
+      if (resp.status === 401 || resp.status === 422) { setConn("stopped", "idle"); return; }
+      throw new Error(String(resp.status));
+    }
+    window.reactqDebug.connects += 1;
+    setConn("live", "live"); notice("");
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) { handleBlock(buf.slice(0, cut)); buf = buf.slice(cut + 2); }
+    }
+  } catch (err) {
+    if (state.session !== session) return;  // switched sessions: this stream is over
+  }
+  if (state.session !== session) return;
+  setConn("reconnecting…", "retry");
+  state.retryTimer = setTimeout(() => connect(session), 1000);
+}
+
+function watch() {
+  const session = $("session").value.trim();
+  if (!$("session").checkValidity() || !session) { notice("pick a session id: 1-128 of A-Z a-z 0-9 . _ : -"); return; }
+  if (state.session === session && state.controller && !state.controller.signal.aborted) return;
+  if (state.controller) state.controller.abort("switch");
+  clearTimeout(state.retryTimer);
+  state.session = session; state.lastId = null; state.turns.clear();
+  window.reactqDebug.ids = [];
+  $("timeline").replaceChildren();
+  connect(session);
+}
+
+async function send(event) {
+  event.preventDefault();
+  const message = $("message").value;
+  if (!message.trim()) { notice("type a message first"); return; }
+  watch();
+  const body = { message, agent: $("agent").value.trim() };
+  const resp = await fetch(`/v1/sessions/${encodeURIComponent(state.session)}/turns`, {
+    method: "POST", headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(body),
+  });
+  const out = await resp.json().catch(() => ({}));
+  if (resp.status !== 202) { notice(`${resp.status}: ${out.message || resp.statusText}`); return; }
+  notice(""); $("message").value = "";
+}
+
+$("controls").addEventListener("submit", send);
+$("watch").addEventListener("click", watch);
+$("message").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(e); });

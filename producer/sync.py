@@ -1,0 +1,167 @@
+"""SyncProducer: the blocking twin of ``Producer`` for code that is not async.
+
+It runs a ``Producer`` on a private event loop in a daemon thread and waits on
+each call, so a Django view, a Flask handler or a script can submit turns and
+iterate their events without touching asyncio::
+
+    with SyncProducer() as producer:
+        handle = producer.submit("s1", "What's the weather in Paris?", agent="weather")
+        for event in handle.events():
+            print(event.type)
+        print(handle.result(timeout=60).text)
+
+One SyncProducer may be shared by threads: calls are handed to its loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, TypeVar
+
+from producer.client import Producer, TurnHandle
+from shared.events import Event, FinalEvent
+from shared.messages import ChatMessage
+from shared.settings import Settings
+from shared.turns import MultitaskStrategy, TurnStatus
+
+T = TypeVar("T")
+
+
+async def _wait(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+class _Loop:
+    """An event loop running in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="reactq-sync-producer", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(_wait(awaitable), self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+class _SyncIterator(Iterator[Event]):
+    """Iterates an async iterator living on the private loop."""
+
+    def __init__(self, loop: _Loop, source: AsyncIterator[Event]) -> None:
+        self._loop = loop
+        self._source = source
+
+    def __next__(self) -> Event:
+        try:
+            return self._loop.run(self._source.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        """Stop iterating and release what the iterator holds."""
+        aclose = getattr(self._source, "aclose", None)
+        if aclose is not None:
+            self._loop.run(aclose())
+
+
+class SyncTurnHandle:
+    """A submitted turn, blocking: ``turn_id``, ``events()`` and ``result()``."""
+
+    def __init__(self, loop: _Loop, handle: TurnHandle) -> None:
+        self._loop = loop
+        self._handle = handle
+        self.turn_id = handle.turn_id
+        """The turn's id."""
+        self.session_id = handle.session_id
+        """Its session."""
+
+    def events(self) -> Iterator[Event]:
+        """This turn's events, from ``queued`` to ``final`` (replayed if late)."""
+        iterator = _SyncIterator(self._loop, self._handle.events())
+        try:
+            yield from iterator
+        finally:
+            iterator.close()
+
+    def result(self, timeout: float | None = None) -> FinalEvent:
+        """Wait for the turn's FinalEvent; TimeoutError after ``timeout`` s."""
+        return self._loop.run(self._handle.result(timeout))
+
+
+class SyncProducer:
+    """Blocking ``Producer``: the same methods, without ``await``."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._loop = _Loop()
+        self._closed = False
+
+        async def make() -> Producer:
+            # Made on its loop, so connections bind to it.
+            return Producer(settings)
+
+        self.producer = self._loop.run(make())
+        """The async Producer it drives."""
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> SyncProducer:
+        """A producer configured from ``REACTQ_*`` variables (keyword overrides win)."""
+        return cls(Settings.from_env(**overrides))
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release connections and stop the loop thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.run(self.producer.close())
+        self._loop.stop()
+
+    def submit(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        agent: str,
+        strategy: MultitaskStrategy | str = MultitaskStrategy.ENQUEUE,
+        metadata: dict[str, Any] | None = None,
+    ) -> SyncTurnHandle:
+        """Validate and enqueue a turn (raises like ``Producer.submit``)."""
+        handle = self._loop.run(
+            self.producer.submit(
+                session_id, message, agent=agent, strategy=strategy, metadata=metadata
+            )
+        )
+        return SyncTurnHandle(self._loop, handle)
+
+    def subscribe(self, session_id: str, after: str | None = None) -> Iterator[Event]:
+        """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""
+        iterator = _SyncIterator(self._loop, self.producer.subscribe(session_id, after=after))
+        try:
+            yield from iterator
+        finally:
+            iterator.close()
+
+    def cancel(self, turn_id: str) -> Any:
+        """Cancel a turn (see ``Producer.cancel``)."""
+        return self._loop.run(self.producer.cancel(turn_id))
+
+    def history(self, session_id: str) -> list[ChatMessage]:
+        """Every message of the session's conversation, oldest first."""
+        return self._loop.run(self.producer.history(session_id))
+
+    def turn_status(self, turn_id: str) -> TurnStatus | None:
+        """The status of a recent turn, or None if Redis does not know it."""
+        return self._loop.run(self.producer.turn_status(turn_id))

@@ -1,0 +1,222 @@
+"""The audit log: every event of every turn, kept after the Redis stream has expired.
+
+Redis holds the live tail of a session's events (capped, with a TTL); the audit
+sink is the long-term record (DESIGN.md). ``AuditedBus`` wraps an EventBus so that
+every published event is also recorded; ``SqlAuditSink`` writes the
+``audit_events`` table in the state database (so a SQL state store brings its
+audit log with it), ``MemoryAuditSink`` keeps them in a list for tests and the
+embedded mode. Read a run back with ``turn_events(turn_id)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from shared.bus import EventBus
+from shared.errors import ConfigError
+from shared.events import BaseEvent, Event, parse_event
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from shared.state.base import StateStore
+    from shared.state.sql import SqlStateStore
+
+__all__ = [
+    # the seam
+    "AuditSink",
+    "AuditedBus",
+    # sinks
+    "MemoryAuditSink",
+    "SqlAuditSink",
+    "audit_sink_for",
+    "open_audit_sink",
+]
+
+log = logging.getLogger("reactq.audit")
+E = TypeVar("E", bound=BaseEvent)
+
+
+@runtime_checkable
+class AuditSink(Protocol):
+    """Where the audit log is written and read back."""
+
+    async def record(self, event: BaseEvent) -> None:
+        """Keep one published event (with its stream ``id``)."""
+        ...
+
+    async def turn_events(self, turn_id: str) -> list[Event]:
+        """Every recorded event of a turn, all attempts, in the order recorded."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the sink holds."""
+        ...
+
+
+class AuditedBus:
+    """An EventBus that records every event it publishes into an AuditSink.
+
+    Publishing comes first (subscribers must not wait on the audit database); a
+    sink failure is logged and the event stays published, unless ``strict``, in
+    which case it is raised to the publisher.
+    """
+
+    def __init__(
+        self, bus: EventBus, sink: AuditSink, *, strict: bool = False, close_sink: bool = True
+    ) -> None:
+        self.bus = bus
+        self.sink = sink
+        self.strict = strict
+        self.close_sink = close_sink
+
+    async def publish(self, event: E) -> E:
+        """Publish to the bus, then record; returns the published event."""
+        published = await self.bus.publish(event)
+        try:
+            await self.sink.record(published)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if self.strict:
+                raise
+            log.exception(
+                "audit: could not record %s event %s of turn %s",
+                published.type,  # type: ignore[attr-defined]
+                published.id,
+                published.turn_id,
+            )
+        return published
+
+    def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
+        """The wrapped bus's subscription."""
+        return self.bus.subscribe(session_id, after=after)
+
+    async def read(
+        self, session_id: str, after: str = "0", count: int | None = None
+    ) -> list[Event]:
+        """The wrapped bus's stored events."""
+        return await self.bus.read(session_id, after=after, count=count)
+
+    async def close(self) -> None:
+        """Close the bus, and the sink if this wrapper owns it."""
+        try:
+            await self.bus.close()
+        finally:
+            if self.close_sink:
+                await self.sink.close()
+
+
+class MemoryAuditSink:
+    """The audit log in a list (tests, the embedded mode)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def record(self, event: BaseEvent) -> None:
+        """Keep a copy of the event."""
+        self.events.append(parse_event(_payload(event)))
+
+    async def turn_events(self, turn_id: str) -> list[Event]:
+        """Every recorded event of a turn, in the order recorded."""
+        return [e for e in self.events if e.turn_id == turn_id]
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+class SqlAuditSink:
+    """The audit log in the state database's ``audit_events`` table.
+
+    ``SqlAuditSink(store)`` shares a SqlStateStore's engine (the store stays the
+    owner); ``owns_store=True`` closes the store with the sink.
+    """
+
+    def __init__(self, store: SqlStateStore, *, owns_store: bool = False) -> None:
+        self.store = store
+        self.owns_store = owns_store
+
+    async def record(self, event: BaseEvent) -> None:
+        """Insert the event as one row."""
+        from shared.state.sql_schema import audit_events
+
+        row = {
+            "session_id": event.session_id,
+            "turn_id": event.turn_id,
+            "attempt": event.attempt,
+            "seq": event.seq,
+            "type": str(getattr(event, "type", "")),
+            "event_id": event.id,
+            "payload": _payload(event),
+            "ts": event.ts,
+            "recorded_at": time.time(),
+        }
+
+        async def op(conn: AsyncConnection) -> None:
+            await conn.execute(audit_events.insert().values(**row))
+
+        # The store's transaction helpers: busy retries on SQLite, one turn at a
+        # time on in-memory SQLite.
+        await self.store._write(op)
+
+    async def turn_events(self, turn_id: str) -> list[Event]:
+        """Every recorded event of a turn, all attempts, in the order recorded."""
+        from sqlalchemy import select
+
+        from shared.state.sql_schema import audit_events
+
+        query = (
+            select(audit_events.c.payload)
+            .where(audit_events.c.turn_id == turn_id)
+            .order_by(audit_events.c.id)
+        )
+
+        async def op(conn: AsyncConnection) -> list[str]:
+            return list((await conn.execute(query)).scalars().all())
+
+        return [parse_event(payload) for payload in await self.store._read(op)]
+
+    async def close(self) -> None:
+        """Close the store if the sink owns it."""
+        if self.owns_store:
+            await self.store.close()
+
+
+def audit_sink_for(store: StateStore) -> AuditSink | None:
+    """A sink writing to ``store``'s database (sharing its engine), or None when the
+    store is not SQL (the audit log needs a database that can hold it)."""
+    from shared.state.sql import SqlStateStore
+
+    if isinstance(store, SqlStateStore):
+        return SqlAuditSink(store)
+    return None
+
+
+async def open_audit_sink(url: str, **kwargs: Any) -> AuditSink:
+    """A sink for a database URL (``sqlite+aiosqlite://``, ``postgresql+asyncpg://``;
+    its schema migrated as the state store's is) or ``memory://``."""
+    if url.startswith("memory:"):
+        return MemoryAuditSink()
+    scheme = url.partition("://")[0]
+    if scheme.startswith(("sqlite", "postgres")):
+        from shared.state import open_store
+        from shared.state.sql import SqlStateStore
+
+        store = await open_store(url, **kwargs)
+        assert isinstance(store, SqlStateStore)
+        return SqlAuditSink(store, owns_store=True)
+    raise ConfigError(
+        f"no audit log for a {scheme!r} URL: the audit log lives in a SQL database "
+        "(sqlite+aiosqlite:// or postgresql+asyncpg://)"
+    )
+
+
+def _payload(event: BaseEvent) -> str:
+    # ensure_ascii: a lone surrogate in model text becomes a JSON escape, which
+    # every database stores and parse_event reads back.
+    return json.dumps(event.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))

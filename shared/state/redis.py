@@ -1,0 +1,370 @@
+"""RedisStateStore: the shared state in Redis, every operation one atomic Lua script.
+
+Layout under the namespace (the session id in a hash tag, as in ``shared.keys``,
+so one session's keys share a cluster slot and one script may touch them all)::
+
+    <ns>:s:{<sid>}:state            hash  v, agent, active, fence, created_at, updated_at
+    <ns>:s:{<sid>}:state:branches   hash  p:<b> parent, f:<b> fork, l:<b> length, c:<b> created
+    <ns>:s:{<sid>}:state:messages   hash  <b>|<sequence> -> message JSON
+    <ns>:s:{<sid>}:state:turns      hash  turn_id -> turn record JSON
+    <ns>:state:turn:<turn_id>       string  the turn's session (to find a turn by id)
+
+Records carry a schema version (``v``); a reader refuses a newer one. Text a UTF-8
+codec refuses (lone surrogates, NUL) is stored escaped (``shared.state.text``, as
+the SQL store does) and read back as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from redis.asyncio import Redis
+
+from shared.errors import (
+    BranchError,
+    BranchNotFoundError,
+    SchemaVersionError,
+    SessionNotFoundError,
+)
+from shared.messages import ChatMessage, ToolCall
+from shared.state import redis_lua as lua
+from shared.state.base import (
+    BranchInfo,
+    SessionInfo,
+    TurnRecord,
+    check_branch_id,
+    check_fork_point,
+    new_branch_id,
+    stale,
+)
+from shared.state.text import dec, enc
+from shared.turns import TurnStatus
+
+RECORD_VERSION = 1
+"""Schema version of every record this store writes."""
+
+
+class RedisStateStore:
+    """The StateStore contract on Redis (redis-py asyncio); see the module docstring.
+
+    ``await RedisStateStore.open("redis://host:6379/0?namespace=reactq")``, or pass
+    a client you own (``redis=``; the store then does not close it).
+    """
+
+    def __init__(
+        self, url: str | None = None, *, redis: Redis | None = None, namespace: str = "reactq"
+    ) -> None:
+        if (url is None) == (redis is None):
+            raise ValueError("give exactly one of url and redis")
+        self.namespace = namespace
+        self._owns_client = redis is None
+        if redis is None:
+            assert url is not None
+            parts = urlsplit(url)
+            query = parse_qs(parts.query)
+            if "namespace" in query:
+                self.namespace = query.pop("namespace")[0]
+            rest = "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
+            redis = Redis.from_url(urlunsplit(parts._replace(query=rest)))
+        self.redis = redis
+        self._ensure = redis.register_script(lua.ENSURE)
+        self._write_script = redis.register_script(lua.WRITE)
+        self._read_script = redis.register_script(lua.READ)
+        self._fork = redis.register_script(lua.FORK)
+        self._switch = redis.register_script(lua.SWITCH)
+        self._truncate = redis.register_script(lua.TRUNCATE)
+        self._claim = redis.register_script(lua.CLAIM)
+
+    @classmethod
+    async def open(cls, url: str, **kwargs: Any) -> RedisStateStore:
+        """A store connected to ``url`` (checked with a PING)."""
+        store = cls(url, **kwargs)
+        try:
+            await store.redis.ping()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    def _keys(self, session_id: str) -> list[str]:
+        base = f"{self.namespace}:s:{{{session_id}}}:state"
+        return [base, f"{base}:branches", f"{base}:messages", f"{base}:turns"]
+
+    def _turn_index(self, turn_id: str) -> str:
+        return f"{self.namespace}:state:turn:{turn_id}"
+
+    # --- the protocol -------------------------------------------------------------
+
+    async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
+        """Create the session for ``agent`` if new; return it (its agent may differ)."""
+        row = await self._ensure(
+            keys=self._keys(session_id)[:2], args=[agent, repr(time.time()), RECORD_VERSION]
+        )
+        return _session(session_id, row)
+
+    async def get_session(self, session_id: str) -> SessionInfo | None:
+        """The session, or None if the store has never seen it."""
+        row = await self.redis.hmget(
+            self._keys(session_id)[0], ["v", "agent", "active", "fence", "created_at"]
+        )
+        return None if row[0] is None else _session(session_id, row)
+
+    async def get_messages(
+        self, session_id: str, branch_id: str | None = None
+    ) -> list[ChatMessage]:
+        """Messages of a branch (the active one by default), oldest first."""
+        raw = await self._read_script(keys=self._keys(session_id)[:3], args=[branch_id or ""])
+        return [_message(value, i + 1) for i, value in enumerate(raw)]
+
+    async def append(
+        self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
+    ) -> None:
+        """Append messages to a branch (the active one by default), unfenced."""
+        await self._write(session_id, messages, branch_id, None, None)
+
+    async def fork(
+        self,
+        session_id: str,
+        from_sequence: int,
+        *,
+        branch_id: str | None = None,
+        new_branch_id: str | None = None,
+        activate: bool = True,
+    ) -> str:
+        """Start a branch keeping messages 1..``from_sequence``; see StateStore.fork."""
+        new_id = check_branch_id(new_branch_id) if new_branch_id else _new_branch()
+        check_fork_point(session_id, branch_id or "", from_sequence, max(from_sequence, 0))
+        reply = _texts(
+            await self._fork(
+                keys=self._keys(session_id)[:2],
+                args=[branch_id or "", from_sequence, new_id, repr(time.time()), int(activate)],
+            )
+        )
+        if reply[0] == "range":
+            check_fork_point(session_id, reply[1], from_sequence, int(reply[2]))
+        if reply[0] == "exists":
+            raise BranchError(
+                f"session {session_id!r} already has a branch {new_id!r}",
+                session_id=session_id,
+                branch_id=new_id,
+            )
+        _raise_for(session_id, reply)
+        return new_id
+
+    async def list_branches(self, session_id: str) -> list[BranchInfo]:
+        """The session's branches, oldest first ([] for an unknown session)."""
+        keys = self._keys(session_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(keys[0], "active")
+            pipe.hgetall(keys[1])
+            active, fields = await pipe.execute()
+        if active is None:
+            return []
+        active = active.decode()
+        data = {k.decode(): v.decode() for k, v in fields.items()}
+        names = [k[2:] for k in data if k.startswith("l:")]
+        out = [
+            BranchInfo(
+                branch_id=name,
+                parent_branch_id=data.get(f"p:{name}"),
+                fork_sequence=int(data[f"f:{name}"]),
+                length=int(data[f"l:{name}"]),
+                active=name == active,
+                created_at=float(data.get(f"c:{name}", 0.0)),
+            )
+            for name in names
+        ]
+        return sorted(out, key=lambda b: (b.created_at, b.parent_branch_id is not None))
+
+    async def switch_branch(self, session_id: str, branch_id: str) -> None:
+        """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
+        reply = await self._switch(keys=self._keys(session_id)[:2], args=[branch_id])
+        _raise_for(session_id, _texts(reply))
+
+    async def truncate_after(
+        self, session_id: str, sequence: int, branch_id: str | None = None
+    ) -> None:
+        """Hard-delete a branch's own messages after ``sequence``; see StateStore."""
+        await self._truncate(keys=self._keys(session_id)[:3], args=[branch_id or "", sequence])
+
+    async def claim(self, session_id: str, fence: int) -> None:
+        """Record ``fence`` as the session's newest token (StaleLeaseError if older).
+
+        A session the store does not have yet is left alone (nothing to fence).
+        """
+        reply = _texts(await self._claim(keys=self._keys(session_id)[:1], args=[fence]))
+        if reply[0] == "stale":
+            raise stale(session_id, int(reply[1]), fence)
+
+    async def commit_turn(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        record: TurnRecord,
+        fence: int | None = None,
+        branch_id: str | None = None,
+    ) -> None:
+        """Append a turn's messages and record its outcome, atomically; see StateStore.
+
+        Messages without a ``turn_id`` get the record's.
+        """
+        if record.session_id != session_id:
+            raise ValueError(
+                f"turn {record.turn_id} belongs to session {record.session_id!r}, "
+                f"not {session_id!r}"
+            )
+        if not record.created_at:
+            record = record.model_copy(update={"created_at": time.time()})
+        # The index first: a crash between the two leaves a pointer to nothing
+        # (get_turn: None), never a committed turn that cannot be found.
+        await self.redis.set(self._turn_index(record.turn_id), session_id)
+        await self._write(session_id, messages, branch_id, record, fence)
+
+    async def _write(
+        self,
+        session_id: str,
+        messages: Sequence[ChatMessage],
+        branch_id: str | None,
+        record: TurnRecord | None,
+        fence: int | None,
+    ) -> None:
+        now = time.time()
+        turn_id = record.turn_id if record is not None else None
+        args: list[Any] = [
+            branch_id or "",
+            "" if fence is None else fence,
+            turn_id or "",
+            "" if record is None else _dump_record(record),
+            repr(now),
+            *(_dump_message(m, turn_id, now) for m in messages),
+        ]
+        reply = await self._write_script(keys=self._keys(session_id), args=args)
+        texts = _texts(reply)
+        if texts[0] == "stale" and fence is not None:
+            raise stale(session_id, int(texts[1]), fence)
+        _raise_for(session_id, texts)
+
+    async def get_turn(self, turn_id: str) -> TurnRecord | None:
+        """A committed turn's outcome, or None."""
+        session_id = await self.redis.get(self._turn_index(turn_id))
+        if session_id is None:
+            return None
+        owner = session_id.decode() if isinstance(session_id, bytes) else str(session_id)
+        raw = await self.redis.hget(self._keys(owner)[3], turn_id)
+        if raw is None:
+            return None
+        data = _load(raw, "turn record")
+        return TurnRecord(
+            turn_id=data["turn_id"],
+            session_id=data["session_id"],
+            status=TurnStatus(data["status"]),
+            attempt=data["attempt"],
+            final_text=dec(data["final_text"]),
+            error=dec(data["error"]),
+            created_at=data["created_at"],
+        )
+
+    async def close(self) -> None:
+        """Close the client (if the store made it)."""
+        if self._owns_client:
+            await self.redis.aclose()
+
+
+# --- records ----------------------------------------------------------------------
+
+
+def _new_branch() -> str:
+    return new_branch_id()
+
+
+def _texts(reply: Sequence[Any]) -> list[str]:
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
+
+
+def _raise_for(session_id: str, reply: list[str]) -> None:
+    if reply[0] == "no_session":
+        raise SessionNotFoundError(f"no session {session_id!r} in the store")
+    if reply[0] == "no_branch":
+        raise BranchNotFoundError(
+            f"session {session_id!r} has no branch {reply[1]!r}",
+            session_id=session_id,
+            branch_id=reply[1],
+        )
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+
+
+def _load(raw: bytes | str, what: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(raw)
+    version = data.get("v", RECORD_VERSION)
+    if version > RECORD_VERSION:
+        raise SchemaVersionError(
+            f"a stored {what} has schema version {version}; this reactq reads up to "
+            f"{RECORD_VERSION}: upgrade reactq",
+            version=version,
+        )
+    return data
+
+
+def _dump_record(record: TurnRecord) -> str:
+    data = record.model_dump(mode="json")
+    data.update(final_text=enc(record.final_text), error=enc(record.error))
+    return _dump({"v": RECORD_VERSION, **data})
+
+
+def _dump_message(message: ChatMessage, turn_id: str | None, now: float) -> str:
+    return _dump(
+        {
+            "v": RECORD_VERSION,
+            "role": message.role,
+            "content": enc(message.content),
+            "name": enc(message.name),
+            "tool_calls": None
+            if message.tool_calls is None
+            else enc(json.dumps([c.model_dump() for c in message.tool_calls], ensure_ascii=False)),
+            "tool_call_id": enc(message.tool_call_id),
+            "turn_id": message.turn_id or turn_id,
+            "created_at": now,
+        }
+    )
+
+
+def _message(raw: bytes | str, sequence: int) -> ChatMessage:
+    data = _load(raw, "message")
+    calls = dec(data.get("tool_calls"))
+    return ChatMessage(
+        role=data["role"],
+        content=dec(data.get("content")),
+        name=dec(data.get("name")),
+        tool_calls=None
+        if calls is None
+        else [ToolCall.model_validate(c) for c in json.loads(calls)],
+        tool_call_id=dec(data.get("tool_call_id")),
+        turn_id=data.get("turn_id"),
+        sequence=sequence,
+    )
+
+
+def _session(session_id: str, row: Sequence[Any]) -> SessionInfo:
+    version, agent, active, fence, created = (
+        x.decode() if isinstance(x, bytes) else x for x in row
+    )
+    if int(version) > RECORD_VERSION:
+        raise SchemaVersionError(
+            f"session {session_id!r} has schema version {version}; this reactq reads up to "
+            f"{RECORD_VERSION}: upgrade reactq",
+            version=int(version),
+        )
+    return SessionInfo(
+        session_id=session_id,
+        agent=agent,
+        active_branch=active,
+        fence=int(fence),
+        created_at=float(created),
+    )

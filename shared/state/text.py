@@ -1,0 +1,30 @@
+"""How stored text survives drivers and codecs that refuse some code points.
+
+Text SQL drivers refuse: NUL (PostgreSQL) and lone surrogates (UTF-8), which a
+model or a tool can produce. Such a value, or one that starts with the marker, is
+stored as the marker followed by its escaped form (``\\ud800``, the way JSON
+spells it); everything else is stored as it is. Every backend uses this, so a
+surrogate pair written as two code points is not merged into one character
+(which a plain JSON round trip would do).
+"""
+
+from __future__ import annotations
+
+import re
+
+MARK = "\ue000"
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+
+
+def enc(value: str | None) -> str | None:
+    """A text value as stored (escaped only if a driver would refuse it)."""
+    if value is None or not (value.startswith(MARK) or _UNSAFE.search(value)):
+        return value
+    return MARK + value.encode("unicode_escape").decode("ascii")
+
+
+def dec(value: str | None) -> str | None:
+    """The text value ``enc`` stored."""
+    if value is None or not value.startswith(MARK):
+        return value
+    return value[1:].encode("ascii").decode("unicode_escape")

@@ -1,0 +1,65 @@
+"""Shared pieces of the kernel tests: a list bus, endpoints on the ScriptedServer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from shared.bus import TurnEmitter
+from shared.events import BaseEvent
+from shared.messages import ChatMessage
+from worker.agent import OpenAICompatibleClient
+from worker.agent.llm.scripted_server import Reply, ScriptedServer
+
+
+class ListBus:
+    """The smallest event sink: remembers what was published; calls ``on_event``."""
+
+    def __init__(self, on_event: Callable[[Any], None] | None = None) -> None:
+        self.events: list[BaseEvent] = []
+        self.on_event = on_event
+
+    async def publish(self, event: Any) -> Any:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+        return event
+
+    def types(self) -> list[str]:
+        return [e.type for e in self.events]  # type: ignore[attr-defined]
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]  # type: ignore[attr-defined]
+
+
+def emitter_for(bus: ListBus, turn_id: str = "t1") -> TurnEmitter:
+    return TurnEmitter(bus, "s1", turn_id, attempt=1)  # type: ignore[arg-type]
+
+
+def scripted(*replies: Reply) -> Callable[[dict[str, Any]], Reply]:
+    """A handler answering with ``replies`` in order (a 500 once they run out)."""
+    queue = list(replies)
+
+    def handler(request: dict[str, Any]) -> Reply:
+        return queue.pop(0) if queue else Reply.error(500, "script exhausted")
+
+    return handler
+
+
+@asynccontextmanager
+async def endpoint(
+    handler: Callable[[dict[str, Any]], Any], **options: Any
+) -> AsyncIterator[tuple[ScriptedServer, OpenAICompatibleClient]]:
+    """A ScriptedServer and a real-SDK client on it (no retries, short backoff)."""
+    options = {"max_retries": 0, "timeout": 10, "retry_base_delay": 0.001, **options}
+    async with ScriptedServer(handler) as server:
+        client = OpenAICompatibleClient(base_url=server.base_url, api_key="sk-test", **options)
+        try:
+            yield server, client
+        finally:
+            await client.aclose()
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text, turn_id="t1")

@@ -1,0 +1,1 @@
+"""MCP servers and agents the MCP tests run (built on the ``mcp`` package's server API)."""

@@ -1,0 +1,1 @@
+"""List the fillable fields of a PDF (fixture: a skill's bundled script)."""

@@ -1,0 +1,71 @@
+"""Background duties of a worker process: the control listener and the reaper.
+
+The control listener holds one pub/sub connection per process on
+``keys.control`` and forwards cancel notices to the turns running here. The
+reaper looks, every ``REACTQ_REAPER_INTERVAL_SECONDS``, at the sorted set of
+session deadlines (one cheap ZRANGEBYSCORE, never a key scan) and re-dispatches
+the sessions whose deadline passed: a holder that died, or a drain task lost with
+its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.keys import Keys
+from worker.drain import Drainer
+
+log = logging.getLogger("reactq.worker")
+
+
+async def listen_for_control(redis: Redis, keys: Keys, drainer: Drainer) -> None:
+    """Apply control notices (``{"op": "cancel", "turn_id", "mode"}``) until cancelled."""
+    backoff = 0.1
+    while True:
+        pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(keys.control)
+            backoff = 0.1
+            while True:
+                message = await pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    _apply(message.get("data"), drainer)
+        except RedisError as exc:
+            log.warning("control channel: %s; reconnecting in %.1fs", exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+
+def _apply(data: object, drainer: Drainer) -> None:
+    try:
+        notice = json.loads(data if isinstance(data, str | bytes) else "")
+        if notice.get("op") == "cancel" and isinstance(notice.get("turn_id"), str):
+            if drainer.request_cancel(notice["turn_id"], str(notice.get("mode") or "cancel")):
+                log.info("turn %s: %s requested", notice["turn_id"], notice.get("mode"))
+    except (ValueError, AttributeError):
+        log.warning("control channel: ignoring a malformed notice %.200r", data)
+
+
+async def reap_forever(drainer: Drainer, interval: float, retry: float) -> None:
+    """Re-dispatch sessions whose deadline passed, every ``interval`` seconds."""
+    backoff = interval
+    while True:
+        try:
+            due = await drainer.queue.reap(limit=200, retry_seconds=retry)
+            for session_id in due:
+                log.warning("reaper: session %s missed its deadline; re-dispatching", session_id)
+                await drainer.dispatch(session_id)
+            backoff = interval
+        except RedisError as exc:
+            log.warning("reaper: %s; retrying in %.1fs", exc, backoff)
+            backoff = min(backoff * 2, 30.0)
+        await asyncio.sleep(backoff)
