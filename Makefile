@@ -3,14 +3,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean docs compose-local
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,postgres,gateway]'
+	$(BIN)/pip install --quiet -e '.[dev,postgres,gateway,flower,metrics,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,9 +22,17 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared worker producer tests bench examples
-	$(BIN)/ruff format --check shared worker producer tests bench examples
+	$(BIN)/ruff check shared worker producer tests bench examples scripts
+	$(BIN)/ruff format --check shared worker producer tests bench examples scripts
 	$(BIN)/mypy
+
+# docs/configuration.md, generated from shared/settings.py (a test fails when it is stale).
+docs: $(STAMP)
+	$(BIN)/python -m shared.config_doc --write
+
+# docker-compose.yml's services as local processes (Redis and PostgreSQL on 127.0.0.1), then a turn.
+compose-local: $(STAMP)
+	$(BIN)/python scripts/compose_local.py $(COMPOSE_LOCAL_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/pool.py

@@ -1,10 +1,21 @@
-"""Pool benchmark: N turns over K sessions through real worker processes.
+"""Pool benchmarks: real `reactq worker` processes, the scripted model over HTTP.
 
-Prints turns/s and p50/p99 from submit to ``started`` and to ``final``, and in
-the same run, on the same Redis, a bare Celery no-op task round trip as the
-floor, with the ratio.
+Scenarios (``--scenario``, default ``basic``):
 
-    .venv/bin/python bench/pool.py --turns 400 --sessions 40 --workers 2 --latency 0.05
+- ``basic``: N turns over K sessions; turns/s and p50/p99 from submit to
+  ``started`` and to ``final``; beside it, on the same Redis, a bare Celery no-op
+  task round trip as the floor, with the ratio.
+- ``inflight``: one worker process, model latency 1 s per call, 2 calls per turn,
+  1,000 turns over 1,000 sessions submitted at once: turns/s, peak turns in
+  flight (against LangGraph Platform's default of 10 per worker), peak RSS, p99.
+- ``recovery``: SIGKILL the worker running a turn; time until the re-run turn's
+  ``final`` (lease TTL + reaper period bound it).
+- ``scaling``: throughput with 1 and 2 worker processes at zero model latency.
+
+    .venv/bin/python bench/pool.py --scenario basic --turns 400 --sessions 40 --latency 0.05
+    .venv/bin/python bench/pool.py --scenario inflight
+    .venv/bin/python bench/pool.py --scenario recovery
+    .venv/bin/python bench/pool.py --scenario scaling
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -19,15 +31,17 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import redis as redis_sync
+from redis.asyncio import BlockingConnectionPool, Redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from producer import Producer  # noqa: E402
 from shared.settings import Settings  # noqa: E402
-from tests.helpers import WorkerPool, lookup_then_answer  # noqa: E402
+from tests.helpers import WorkerPool, lookup_then_answer, worker_pid  # noqa: E402
 from worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
 
 
@@ -40,29 +54,97 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.1f} ms"
 
 
-async def bench_pool(env: dict[str, str], turns: int, sessions: int) -> dict[str, float]:
-    async with Producer(Settings.from_env(env)) as producer:
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Bench:
+    """One pool (workers + scripted model) in a fresh namespace."""
+
+    def __init__(self, args: argparse.Namespace, latency: float, **env: str) -> None:
+        self.args = args
+        self.namespace = f"bench{uuid.uuid4().hex[:8]}"
+        self.tmp = Path(tempfile.mkdtemp(prefix="reactq-bench-"))
+        self.server = ScriptedServer(lookup_then_answer, latency=latency, max_requests=10)
+        self.server.start_in_thread()
+        self.env = {
+            "REACTQ_REDIS_URL": args.redis_url,
+            "REACTQ_NAMESPACE": self.namespace,
+            "REACTQ_DATABASE_URL": args.database_url
+            or f"sqlite+aiosqlite:///{self.tmp / 'state.db'}",
+            "OPENAI_BASE_URL": self.server.base_url,
+            "OPENAI_API_KEY": "bench",
+            **env,
+        }
+
+    def pool(self, workers: int, concurrency: int) -> WorkerPool:
+        pool = WorkerPool(self.env, self.tmp, concurrency=concurrency)
+        pool.start(workers)
+        pool.wait_ready(self.args.redis_url, self.namespace, workers)
+        return pool
+
+    def close(self) -> None:
+        self.server.stop()
+        client = redis_sync.Redis.from_url(self.args.redis_url)
+        try:
+            for pattern in (f"{self.namespace}*", f"_kombu.binding.{self.namespace}*"):
+                keys = list(client.scan_iter(match=pattern, count=1000))
+                if keys:
+                    client.delete(*keys)
+        finally:
+            client.close()
+
+    def producer(self, connections: int) -> Producer:
+        # One blocking stream read per followed turn: size the pool to follow them all.
+        pool = BlockingConnectionPool.from_url(
+            self.args.redis_url, max_connections=connections + 16, timeout=60
+        )
+        return Producer(Settings.from_env(self.env), redis=Redis.from_pool(pool))
+
+
+async def run_turns(bench: Bench, turns: int, sessions: int) -> dict[str, Any]:
+    """Submit ``turns`` over ``sessions`` at once; follow each to its final."""
+    producer = bench.producer(turns)
+    try:
         run = uuid.uuid4().hex[:6]
         sids = [f"bench-{run}-{i}" for i in range(sessions)]
         to_started: list[float] = []
         to_final: list[float] = []
+        spans: list[tuple[float, float]] = []
 
         async def one(i: int) -> None:
             t0 = time.perf_counter()
             handle = await producer.submit(sids[i % sessions], f"turn {i}", agent="e2e")
+            began = t0
             async for event in handle.events():
                 if event.type == "started" and event.attempt == 1:
-                    to_started.append(time.perf_counter() - t0)
+                    began = time.perf_counter()
+                    to_started.append(began - t0)
                 if event.type == "final":
-                    to_final.append(time.perf_counter() - t0)
+                    end = time.perf_counter()
+                    to_final.append(end - t0)
+                    spans.append((began, end))
                     if event.status != "completed":
                         raise RuntimeError(f"turn ended {event.status}: {event.text}")
 
         start = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(turns)))
         elapsed = time.perf_counter() - start
+    finally:
+        await producer.close()
+    edges = sorted([(b, 1) for b, _ in spans] + [(e, -1) for _, e in spans])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
     return {
         "turns/s": turns / elapsed,
+        "elapsed": elapsed,
+        "peak in flight": peak,
         "started p50": statistics.median(to_started),
         "started p99": pct(to_started, 99),
         "final p50": statistics.median(to_final),
@@ -76,25 +158,11 @@ def bench_noop(env: dict[str, str], tasks: int, concurrency: int) -> dict[str, f
     from bench.noop_app import noop
 
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "bench.noop_app",
-            "worker",
-            "--pool=threads",
-            f"--concurrency={concurrency}",
-            "--loglevel=WARNING",
-            "--without-mingle",
-            "--without-gossip",
-            f"--queues={env['REACTQ_NAMESPACE']}.noop",
-        ],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+        [sys.executable, "-m", "celery", "-A", "bench.noop_app", "worker", "--pool=threads",
+         f"--concurrency={concurrency}", "--loglevel=WARNING", "--without-mingle",
+         "--without-gossip", f"--queues={env['REACTQ_NAMESPACE']}.noop"],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         noop.delay(0).get(timeout=60)  # warm: the worker is up
         latencies = []
@@ -117,72 +185,139 @@ def bench_noop(env: dict[str, str], tasks: int, concurrency: int) -> dict[str, f
         proc.wait(30)
 
 
+def print_turns(label: str, r: dict[str, Any]) -> None:
+    print(label)
+    print(f"  turns/s            {r['turns/s']:10.1f}   (peak in flight {r['peak in flight']})")
+    print(f"  submit->started    p50 {ms(r['started p50'])}   p99 {ms(r['started p99'])}")
+    print(f"  submit->final      p50 {ms(r['final p50'])}   p99 {ms(r['final p99'])}")
+
+
+def scenario_basic(args: argparse.Namespace) -> None:
+    bench = Bench(args, args.latency)
+    try:
+        pool = bench.pool(args.workers, args.concurrency)
+        try:
+            ours = asyncio.run(run_turns(bench, args.turns, args.sessions))
+        finally:
+            pool.stop()
+        floor = bench_noop(bench.env, args.turns, args.concurrency)
+    finally:
+        bench.close()
+    print_turns(
+        f"reactq pool: {args.turns} turns over {args.sessions} sessions, {args.workers} workers "
+        f"x {args.concurrency}, model latency {args.latency * 1000:.0f} ms/call, 2 model calls "
+        "+ 1 tool call per turn",
+        ours,
+    )
+    print(f"bare Celery no-op task (same Redis, 1 worker x {args.concurrency} threads)")
+    print(f"  tasks/s            {floor['tasks/s']:10.1f}")
+    print(f"  round trip         p50 {ms(floor['round trip p50'])}   "
+          f"p99 {ms(floor['round trip p99'])}")  # fmt: skip
+    print("ratio")
+    print(f"  throughput  reactq turns/s / no-op tasks/s           = "
+          f"{ours['turns/s'] / floor['tasks/s']:.3f}")  # fmt: skip
+    print(f"  latency     reactq submit->started p50 / no-op p50   = "
+          f"{ours['started p50'] / floor['round trip p50']:.2f}")  # fmt: skip
+
+
+def scenario_inflight(args: argparse.Namespace) -> None:
+    turns = args.turns if args.turns != 400 else 1000
+    bench = Bench(args, 1.0)
+    try:
+        pool = bench.pool(1, turns)
+        try:
+            result = asyncio.run(run_turns(bench, turns, turns))
+            rss = peak_rss_mb(pool.procs[0].pid)
+        finally:
+            pool.stop()
+    finally:
+        bench.close()
+    print_turns(
+        f"in flight: 1 worker process --concurrency {turns}, model latency 1000 ms/call, "
+        f"2 calls per turn, {turns} turns over {turns} sessions submitted at once",
+        result,
+    )
+    ideal = turns / 2.0
+    print(f"  ideal turns/s if all were in flight at once: {ideal:.0f} "
+          f"(achieved {result['turns/s'] / ideal:.2f} of it)")  # fmt: skip
+    print(f"  worker peak RSS    {rss:10.1f} MB")
+    print(f"ratio: peak turns in flight / LangGraph Platform's default 10 per worker = "
+          f"{result['peak in flight'] / 10:.0f}x")  # fmt: skip
+
+
+def scenario_recovery(args: argparse.Namespace) -> None:
+    bench = Bench(args, 2.0)
+    try:
+        pool = bench.pool(2, 8)
+        s = Settings.from_env(bench.env)
+
+        async def measure() -> float:
+            producer = bench.producer(4)
+            try:
+                handle = await producer.submit(f"rec-{uuid.uuid4().hex[:6]}", "x", agent="e2e")
+                async for event in handle.events():
+                    if event.type == "started":
+                        os.kill(worker_pid(event.worker), signal.SIGKILL)
+                        killed = time.perf_counter()
+                    if event.type == "final":
+                        if event.status != "completed" or event.attempt != 2:
+                            raise RuntimeError(f"unexpected final {event}")
+                        return time.perf_counter() - killed
+            finally:
+                await producer.close()
+            raise RuntimeError("no final")
+
+        try:
+            took = asyncio.run(measure())
+        finally:
+            pool.stop()
+    finally:
+        bench.close()
+    bound = s.lease_ttl_seconds + s.reaper_interval_seconds
+    print(f"recovery: SIGKILL of the worker running a turn (model 2 s/call) -> re-run final: "
+          f"{took:.2f} s (lease TTL {s.lease_ttl_seconds:.0f} s + reaper "
+          f"{s.reaper_interval_seconds:.0f} s = bound {bound:.0f} s, plus the re-run's own "
+          f"4 s of model time); LangGraph Platform sweeps dead runs every 120 s")  # fmt: skip
+
+
+def scenario_scaling(args: argparse.Namespace) -> None:
+    results = {}
+    for workers in (1, 2):
+        bench = Bench(args, 0.0)
+        try:
+            pool = bench.pool(workers, args.concurrency)
+            try:
+                results[workers] = asyncio.run(run_turns(bench, args.turns, args.sessions))
+            finally:
+                pool.stop()
+        finally:
+            bench.close()
+        print_turns(f"scaling: {workers} worker(s), zero model latency, {args.turns} turns "
+                    f"over {args.sessions} sessions", results[workers])  # fmt: skip
+    print(f"ratio: 2 workers / 1 worker throughput = "
+          f"{results[2]['turns/s'] / results[1]['turns/s']:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="basic",
+                        choices=["basic", "inflight", "recovery", "scaling"])  # fmt: skip
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
+    parser.add_argument("--database-url", default=None, help="state store (default: SQLite)")
     parser.add_argument(
         "--redis-url", default=os.environ.get("REACTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     args = parser.parse_args()
-
-    namespace = f"bench{uuid.uuid4().hex[:8]}"
-    tmp = Path(tempfile.mkdtemp(prefix="reactq-bench-"))
-    server = ScriptedServer(lookup_then_answer, latency=args.latency).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": args.redis_url,
-        "REACTQ_NAMESPACE": namespace,
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "bench",
-    }
-    pool = WorkerPool(env, tmp, concurrency=args.concurrency)
-    try:
-        pool.start(args.workers)
-        pool.wait_ready(args.redis_url, namespace, args.workers)
-        ours = asyncio.run(bench_pool(env, args.turns, args.sessions))
-    finally:
-        pool.stop()
-        server.stop()
-    floor = bench_noop(env, args.turns, args.concurrency)
-    _cleanup(args.redis_url, namespace)
-
-    print(
-        f"reactq pool: {args.turns} turns over {args.sessions} sessions, {args.workers} "
-        f"workers x {args.concurrency}, model latency {args.latency * 1000:.0f} ms/call, "
-        "2 model calls + 1 tool call per turn, SQLite state"
-    )
-    print(f"  turns/s            {ours['turns/s']:10.1f}")
-    print(f"  submit->started    p50 {ms(ours['started p50'])}   p99 {ms(ours['started p99'])}")
-    print(f"  submit->final      p50 {ms(ours['final p50'])}   p99 {ms(ours['final p99'])}")
-    print(f"bare Celery no-op task (same Redis, 1 worker x {args.concurrency} threads)")
-    print(f"  tasks/s            {floor['tasks/s']:10.1f}")
-    print(
-        f"  round trip         p50 {ms(floor['round trip p50'])}   "
-        f"p99 {ms(floor['round trip p99'])}"
-    )
-    print("ratio")
-    print(
-        f"  throughput  reactq turns/s / no-op tasks/s   = {ours['turns/s'] / floor['tasks/s']:.2f}"
-    )
-    print(
-        f"  latency     reactq submit->started p50 / no-op round trip p50 = "
-        f"{ours['started p50'] / floor['round trip p50']:.2f}"
-    )
-
-
-def _cleanup(url: str, namespace: str) -> None:
-    client = redis_sync.Redis.from_url(url)
-    try:
-        for pattern in (f"{namespace}*", f"_kombu.binding.{namespace}*"):
-            keys = list(client.scan_iter(match=pattern, count=1000))
-            if keys:
-                client.delete(*keys)
-    finally:
-        client.close()
+    {
+        "basic": scenario_basic,
+        "inflight": scenario_inflight,
+        "recovery": scenario_recovery,
+        "scaling": scenario_scaling,
+    }[args.scenario](args)
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="turns in flight in this process (default REACTQ_CONCURRENCY or 100)",
     )
-    w.add_argument("--loglevel", default="INFO")
+    w.add_argument("--loglevel", default=None, help="default REACTQ_LOG_LEVEL or INFO")
 
     s = sub.add_parser("send", help="submit a turn and stream its events")
     s.add_argument("session")
@@ -194,6 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a non-loopback address without REACTQ_API_KEYS",
     )
     sv.add_argument("--loglevel", default="info")
+
+    fl = sub.add_parser("flower", help="run Celery's Flower against the broker (the pool's view)")
+    fl.add_argument("--address", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    fl.add_argument("--port", type=int, default=5555)
+    fl.add_argument("--url-prefix", default="", help="when served under a path behind a proxy")
+    fl.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback address without REACTQ_FLOWER_AUTH",
+    )
 
     c = sub.add_parser("cancel", help="cancel a queued or running turn")
     c.add_argument("turn_id")
@@ -227,8 +237,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = worker_cli.main(args)
         elif args.command == "serve":
             from producer.gateway_serve import serve
+            from shared.logs import configure_logging
+            from shared.settings import Settings
 
+            settings = Settings.from_env()
+            configure_logging(settings, args.loglevel)
+            if settings.tracing:
+                from shared.tracing import configure_tracing
+
+                configure_tracing("reactq-gateway")
             code = serve(args.host, args.port, insecure=args.insecure, log_level=args.loglevel)
+        elif args.command == "flower":
+            from producer.flower import run_flower
+
+            code = run_flower(
+                args.address, args.port, url_prefix=args.url_prefix, insecure=args.insecure
+            )
         else:
             handler = {
                 "send": _send,

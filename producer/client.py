@@ -114,7 +114,12 @@ class Producer:
             maxlen=self.settings.event_maxlen,
             ttl_seconds=self.settings.event_ttl_seconds,
         )
-        self.queue = SessionQueue(self.redis, self.keys, self.settings.session_meta_ttl_seconds)
+        self.queue = SessionQueue(
+            self.redis,
+            self.keys,
+            self.settings.session_meta_ttl_seconds,
+            dispatch_grace_seconds=self.settings.lease_ttl_seconds,
+        )
         self._celery: Celery | None = None
         self._store: StateStore | None = None
         self._store_lock = asyncio.Lock()
@@ -148,6 +153,10 @@ class Producer:
                 broker_connection_retry_on_startup=True,
                 task_ignore_result=True,
             )
+            if self.settings.tracing:
+                from shared.tracing import instrument_publishing
+
+                instrument_publishing()  # the trace rides in the message headers
             self._celery = app
         return self._celery
 
@@ -209,12 +218,16 @@ class Producer:
         queued = await self.bus.publish(
             QueuedEvent(session_id=session_id, turn_id=turn.turn_id, agent=agent, message=message)
         )
-        await asyncio.to_thread(
-            self._celery_app().send_task,
-            DRAIN_TASK,
-            args=[session_id],
-            queue=self.keys.queue(agent),
-        )
+        # A turn queued behind others needs no drain task of its own: the one
+        # sent for the first of them, or the lease holder's recheck, reaches it
+        # (and the session's deadline covers a drain task lost with its worker).
+        if outcome.detail == "1":
+            await asyncio.to_thread(
+                self._celery_app().send_task,
+                DRAIN_TASK,
+                args=[session_id],
+                queue=self.keys.queue(agent),
+            )
         return TurnHandle(self, turn, queued)
 
     async def _publish_rejection(self, turn: TurnRequest) -> None:

@@ -48,6 +48,7 @@ from producer.gateway_models import (
 from producer.gateway_security import ApiKeys, BodyLimit
 from producer.gateway_sse import event_stream
 from producer.gateway_turns import find_turn, readiness
+from producer.metrics import install_metrics
 from shared.messages import ChatMessage
 from shared.settings import Settings
 from shared.turns import SESSION_ID_RE, TurnStatus
@@ -279,6 +280,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(router)
+    install_metrics(app, [Depends(_require_key)])
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> Health:

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 _DESCRIPTIONS = {
     401: "No valid API key",
     404: "Not found",
+    # A path parameter holding "/" can land on another route's path.
+    405: "Method not allowed on that path",
     409: "Refused by the session's state (a strategy rejected the turn, or another agent "
     "owns the session)",
     413: "The request body or the message is over its size limit",

@@ -135,16 +135,24 @@ class SqlAuditSink:
 
     ``SqlAuditSink(store)`` shares a SqlStateStore's engine (the store stays the
     owner); ``owns_store=True`` closes the store with the sink.
+
+    Rows are written in batches: ``record`` queues the row and one background
+    flush writes everything queued in one transaction, so a busy worker does not
+    pay a database transaction per event. ``batch=False`` writes each row before
+    ``record`` returns (what ``AuditedBus(strict=True)`` callers want).
     """
 
-    def __init__(self, store: SqlStateStore, *, owns_store: bool = False) -> None:
+    def __init__(
+        self, store: SqlStateStore, *, owns_store: bool = False, batch: bool = True
+    ) -> None:
         self.store = store
         self.owns_store = owns_store
+        self.batch = batch
+        self._queued: list[dict[str, Any]] = []
+        self._flusher: asyncio.Future[None] | None = None
 
     async def record(self, event: BaseEvent) -> None:
-        """Insert the event as one row."""
-        from shared.state.sql_schema import audit_events
-
+        """Queue the event as one row (or write it at once, without batching)."""
         row = {
             "session_id": event.session_id,
             "turn_id": event.turn_id,
@@ -156,9 +164,35 @@ class SqlAuditSink:
             "ts": event.ts,
             "recorded_at": time.time(),
         }
+        if not self.batch:
+            await self._insert([row])
+            return
+        self._queued.append(row)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush_queued())
+
+    async def flush(self) -> None:
+        """Write every queued row now."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._queued:
+            await self._flush_queued()
+
+    async def _flush_queued(self) -> None:
+        while self._queued:
+            rows, self._queued = self._queued, []
+            try:
+                await self._insert(rows)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("audit: could not record %d events", len(rows))
+
+    async def _insert(self, rows: list[dict[str, Any]]) -> None:
+        from shared.state.sql_schema import audit_events
 
         async def op(conn: AsyncConnection) -> None:
-            await conn.execute(audit_events.insert().values(**row))
+            await conn.execute(audit_events.insert(), rows)
 
         # The store's transaction helpers: busy retries on SQLite, one turn at a
         # time on in-memory SQLite.
@@ -167,6 +201,8 @@ class SqlAuditSink:
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every recorded event of a turn, all attempts, in the order recorded."""
         from sqlalchemy import select
+
+        await self.flush()
 
         from shared.state.sql_schema import audit_events
 
@@ -182,7 +218,8 @@ class SqlAuditSink:
         return [parse_event(payload) for payload in await self.store._read(op)]
 
     async def close(self) -> None:
-        """Close the store if the sink owns it."""
+        """Write what is queued; close the store if the sink owns it."""
+        await self.flush()
         if self.owns_store:
             await self.store.close()
 

@@ -191,6 +191,17 @@ return due
 )
 
 
+# KEYS: deadlines; ARGV: delay_ms, session_id. Never pushes an earlier deadline later.
+_WATCH = (
+    _NOW_MS
+    + """
+redis.call('ZADD', KEYS[1], 'LT', now + tonumber(ARGV[1]), ARGV[2])
+redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[1]), ARGV[2])
+return 1
+"""
+)
+
+
 @dataclass(frozen=True)
 class SubmitOutcome:
     """What the session queue did with a submitted turn."""
@@ -246,6 +257,7 @@ class SessionQueue:
         self._give_back = redis.register_script(_GIVE_BACK)
         self._cancel = redis.register_script(_CANCEL)
         self._reap = redis.register_script(_REAP)
+        self._watch = redis.register_script(_WATCH)
 
     async def submit(self, turn: TurnRequest) -> SubmitOutcome:
         """Apply the multitask strategy and push the turn, atomically."""
@@ -293,6 +305,15 @@ class SessionQueue:
             args=[turn_id, str(status), self.meta_ttl],
         )
 
+    async def set_status(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
+        """Record a turn's status (before its final is published, so that a reader who
+        saw the final never reads an older status)."""
+        key = self.keys.turns(session_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, turn_id, str(status))
+            pipe.expire(key, self.meta_ttl)
+            await pipe.execute()
+
     async def give_back(self, session_id: str, turn_id: str) -> bool:
         """Leave the turn for another worker without charging this run (shutdown)."""
         return bool(await self._give_back(keys=[self.keys.running(session_id)], args=[turn_id]))
@@ -324,6 +345,12 @@ class SessionQueue:
             keys=[self.keys.lease_deadlines], args=[limit, int(retry_seconds * 1000)]
         )
         return [_text(s) for s in due]
+
+    async def watch(self, session_id: str, delay_seconds: float = 0.0) -> None:
+        """Put the session under the reaper's eye: due after ``delay_seconds`` unless a
+        lease holder pushes its deadline on first."""
+        script = self._watch
+        await script(keys=[self.keys.lease_deadlines], args=[int(delay_seconds * 1000), session_id])
 
     async def session_agent(self, session_id: str) -> str | None:
         """The agent a session belongs to, if Redis remembers it."""

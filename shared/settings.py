@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
@@ -22,7 +22,8 @@ _LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins"})
 class Settings(BaseModel):
     """reactq's configuration. Build it with ``Settings.from_env()``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Each field's docstring becomes its description: docs/configuration.md is built from it.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     redis_url: str = Field(
         "redis://localhost:6379/0", json_schema_extra={"env": "REACTQ_REDIS_URL"}
@@ -100,6 +101,24 @@ class Settings(BaseModel):
         1000, ge=1, json_schema_extra={"env": "REACTQ_SSE_CLIENT_BUFFER"}
     )
     """Events the gateway holds for one slow client before disconnecting it (it may resume)."""
+    log_level: str = Field(
+        "INFO",
+        pattern=r"^(?i:DEBUG|INFO|WARNING|ERROR|CRITICAL)$",
+        json_schema_extra={"env": "REACTQ_LOG_LEVEL"},
+    )
+    """Level of reactq's logs (``--loglevel`` wins): DEBUG, INFO, WARNING, ERROR, CRITICAL."""
+    log_format: Literal["text", "json"] = Field(
+        "text", json_schema_extra={"env": "REACTQ_LOG_FORMAT"}
+    )
+    """``text`` (one readable line per event) or ``json`` (one JSON object per line)."""
+    metrics_port: int = Field(0, ge=0, le=65535, json_schema_extra={"env": "REACTQ_METRICS_PORT"})
+    """Port of a worker's Prometheus ``/metrics`` (0: off; needs the ``metrics`` extra)."""
+    metrics_address: str = Field("0.0.0.0", json_schema_extra={"env": "REACTQ_METRICS_ADDRESS"})
+    """Address the worker's metrics port binds to."""
+    flower_auth: SecretStr | None = Field(None, json_schema_extra={"env": "REACTQ_FLOWER_AUTH"})
+    """``user:password`` (comma-separated for several) that ``reactq flower`` asks for."""
+    tracing: bool = Field(False, json_schema_extra={"env": "REACTQ_TRACING"})
+    """Emit OpenTelemetry spans (submit, drain, turn, model and tool calls; ``otel`` extra)."""
 
     @property
     def effective_broker_url(self) -> str:

@@ -141,3 +141,33 @@ def postgres_url() -> Iterator[str]:
         yield f"{head}/{dbname}"
     finally:
         asyncio.run(admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """A RabbitMQ URL that answers (``REACTQ_TEST_AMQP_URL``, default local guest)."""
+    url = os.environ.get("REACTQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    from kombu import Connection
+
+    try:
+        with Connection(url, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:
+        unavailable(
+            f"RabbitMQ does not answer at {url} ({exc.__class__.__name__}): start it "
+            "(rabbitmq-server -detached) or set REACTQ_TEST_AMQP_URL"
+        )
+    return url
+
+
+def delete_amqp_queues(url: str, names: list[str]) -> None:
+    """Remove queues a test declared on RabbitMQ (they are durable)."""
+    from kombu import Connection
+
+    with Connection(url, connect_timeout=3) as conn:
+        channel = conn.default_channel
+        for name in names:
+            try:
+                channel.queue_delete(name)
+            except Exception:  # already gone, or never declared
+                channel = conn.channel()

@@ -137,6 +137,35 @@ async def test_tool_calls_round_trip(stream: bool) -> None:
     assert server.requests[0]["tools"] == tools
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_the_body_is_what_the_sdk_would_send_with_its_transform(stream: bool) -> None:
+    from openai._utils._transform import async_maybe_transform
+    from openai.types.chat import completion_create_params
+
+    history = [
+        {"role": "system", "content": "be brief"},
+        *HI,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "content": "é \u2603", "tool_call_id": "c1", "name": "a"},
+    ]
+    tools = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}]
+    async with ScriptedServer(fixed(Reply.text("ok"))) as server:
+        async with client_for(server) as llm:
+            await llm.complete(history, model="m", tools=tools, stream=stream)
+    sent = server.requests[0]
+    expected = await async_maybe_transform(
+        {"messages": history, "tools": tools}, completion_create_params.CompletionCreateParamsBase
+    )
+    assert (sent["messages"], sent["tools"]) == (expected["messages"], expected["tools"])
+    assert sent["messages"] == history and sent.get("stream", False) is stream
+
+
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> ChatCompletionChunk:
     return ChatCompletionChunk.model_validate(
         {

@@ -11,6 +11,7 @@ import pytest
 from producer import Producer
 from shared.events import Event, FinalEvent
 from shared.settings import Settings
+from tests.conftest import delete_amqp_queues
 from tests.helpers import WorkerPool, lookup_then_answer
 from worker.agent.llm.scripted_server import ScriptedServer
 
@@ -27,7 +28,7 @@ def model() -> Iterator[ScriptedServer]:
     server.stop()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module", params=["sqlite", "postgres", "rabbitmq"])
 def pool_env(
     request: pytest.FixtureRequest,
     redis_url: str,
@@ -47,6 +48,9 @@ def pool_env(
         "OPENAI_BASE_URL": model.base_url,
         "OPENAI_API_KEY": "test-key",
     }
+    if request.param == "rabbitmq":
+        # RabbitMQ as the broker; Redis still carries events, leases and queues.
+        env["REACTQ_BROKER_URL"] = request.getfixturevalue("amqp_url")
     pool = WorkerPool(env, tmp)
     pool.start(2)
     try:
@@ -54,6 +58,8 @@ def pool_env(
         yield env
     finally:
         pool.stop()
+        if "REACTQ_BROKER_URL" in env:
+            delete_amqp_queues(env["REACTQ_BROKER_URL"], [f"{env['REACTQ_NAMESPACE']}.e2e"])
 
 
 @pytest.fixture

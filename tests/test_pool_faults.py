@@ -16,7 +16,7 @@ from producer import Producer
 from shared.errors import TurnRejectedError
 from shared.events import Event, FinalEvent
 from shared.settings import Settings
-from tests.helpers import WorkerPool, sleepy_lookup, wait_until, worker_pid
+from tests.helpers import WorkerPool, last_user_text, sleepy_lookup, wait_until, worker_pid
 from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.e2e
@@ -198,12 +198,19 @@ async def test_a_turn_lost_too_often_ends_in_error(make_pool, producers) -> None
     assert (await nxt.result(timeout=20)).status == "completed"
 
 
-async def test_a_paused_holder_cannot_commit(make_pool, producers) -> None:
+async def test_a_paused_holder_cannot_commit(make_pool, producers, model) -> None:
     pool, env = make_pool(2)
     p = producers(env)
     s = sid()
     handle = await p.submit(s, "sleep=2 paused", agent="e2e")
     started = await asyncio.wait_for(first_event(p, s, "started", handle.turn_id), 20)
+    # Pause it inside its model call (not inside a database write, whose lock
+    # would stall every writer until it resumes, as with any paused client).
+    await wait_until(
+        lambda: any(last_user_text(r) == "sleep=2 paused" for r in model.requests),
+        10,
+        "the model call of the turn",
+    )
     paused = worker_pid(started.worker)
     os.kill(paused, signal.SIGSTOP)
     try:
@@ -264,3 +271,66 @@ async def test_interrupt_keeps_the_completed_steps(make_pool, producers) -> None
     assert history[1].tool_calls and history[2].role == "tool"
     assert history[3].content == INTERRUPTED_MESSAGE
     assert history[4].content == "instead"
+
+
+class FlakyProvider:
+    """A model that fails a share of calls: 500s, 429s with Retry-After, and bodies
+    that are not JSON, in a fixed pattern (stateful, so the pattern is exact)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.healthy = False
+
+    def __call__(self, request: dict) -> object:
+        from worker.agent.llm.scripted_server import Reply
+
+        self.calls += 1
+        n = self.calls
+        if not self.healthy:
+            if n % 4 == 1:
+                return Reply.error(500, "scripted outage")
+            if n % 4 == 2:
+                return Reply.error(429, "slow down", headers={"Retry-After": "0.2"})
+            if n % 23 == 0:
+                return Reply.raw(200, b"<html>not json</html>", "text/html")
+        return sleepy_lookup(request)
+
+
+async def test_a_failing_provider_still_ends_every_turn_once(
+    redis_url: str, namespace: str, tmp_path: Path, producers
+) -> None:
+    flaky = FlakyProvider()
+    server = ScriptedServer(flaky).start_in_thread()
+    env = {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": f"{namespace}-flaky",
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    pool = WorkerPool(env, tmp_path)
+    try:
+        pool.start(2)
+        pool.wait_ready(redis_url, env["REACTQ_NAMESPACE"], 2)
+        p = producers(env)
+        sessions = [sid() for _ in range(6)]
+        handles = [await p.submit(s, f"q{i}", agent="e2e") for i in range(4) for s in sessions]
+        finals = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 120)
+        statuses = [f.status for f in finals]
+        assert set(statuses) <= {"completed", "error"}
+        assert statuses.count("completed") >= len(handles) // 2, statuses
+        for s in sessions:
+            events = await p.bus.read(s, after="0")
+            mine = [h.turn_id for h in handles if h.session_id == s]
+            assert [e.turn_id for e in events if e.type == "final"] == mine
+            for e in events:
+                if isinstance(e, FinalEvent) and e.status == "error":
+                    errors = [x for x in events if x.type == "error" and x.turn_id == e.turn_id]
+                    assert errors and errors[0].code.startswith("llm_"), errors
+        # Nothing stays locked: once the provider recovers, every session answers.
+        flaky.healthy = True
+        after = [await p.submit(s, "after", agent="e2e") for s in sessions]
+        assert {(await h.result(timeout=30)).status for h in after} == {"completed"}
+    finally:
+        pool.stop()
+        server.stop()

@@ -34,4 +34,8 @@ def create_app(settings: Settings) -> Celery:
         task_send_sent_event=False,
         enable_utc=True,
     )
+    if settings.effective_broker_url.startswith(("redis://", "rediss://")):
+        from worker.broker import TRANSPORT
+
+        app.conf.broker_transport = TRANSPORT
     return app

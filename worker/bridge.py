@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from shared.audit import AuditedBus, audit_sink_for
+from shared.audit import AuditedBus, AuditSink, audit_sink_for
 from shared.bus import EventBus, RedisEventBus
 from shared.keys import Keys
 from shared.locks import SessionLock
+from shared.metrics import WorkerMetrics
 from shared.sessions import SessionQueue
 from shared.settings import Settings
 from shared.state import StateStore, open_store
@@ -28,6 +29,7 @@ from worker.agent.runner import AgentRunner
 from worker.control import listen_for_control, reap_forever
 from worker.definitions import Agent
 from worker.drain import Drainer
+from worker.observe import ObservedRunner, Observer, observed_agent
 
 log = logging.getLogger("reactq.worker")
 T = TypeVar("T")
@@ -47,8 +49,10 @@ class Bridge:
         self.llms: list[LLMClient] = []
         self.drainer: Drainer | None = None
         self.queue: SessionQueue | None = None
+        self.audit: AuditSink | None = None
         self.mcp = MCPManager()
         self._duties: list[asyncio.Future[None]] = []
+        self.metrics: WorkerMetrics | None = None
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -83,7 +87,7 @@ class Bridge:
         )
         self.store = await open_store(s.database_url, namespace=s.namespace)
         # The audit log lives in the state database: a SQL store brings it along.
-        sink = audit_sink_for(self.store) if s.audit else None
+        sink = self.audit = audit_sink_for(self.store) if s.audit else None
         events: EventBus = bus if sink is None else AuditedBus(bus, sink, close_sink=False)
         runners: dict[str, AgentRunner] = {}
         shared_llms: dict[tuple[str | None, str | None], LLMClient] = {}
@@ -92,12 +96,15 @@ class Bridge:
         await self.mcp.start(
             {name: (registries[name], agent.mcp_servers) for name, agent in self.agents.items()}
         )
+        observer = self._observer()
         for name, agent in self.agents.items():
             key = (agent.base_url, agent.api_key)
             if key not in shared_llms:
                 shared_llms[key] = agent.build_llm()
-            loop = agent.build_loop(shared_llms[key], registries[name])
+            loop = observed_agent(agent, observer).build_loop(shared_llms[key], registries[name])
             runners[name] = AgentRunner(loop, self.store, name)
+            if observer.active:
+                runners[name] = ObservedRunner(runners[name], observer)
         self.llms = list(shared_llms.values())
         self.drainer = Drainer(
             queue=queue,
@@ -116,6 +123,19 @@ class Bridge:
             ),
         ]
         log.info("worker %s ready: agents %s", self.worker_name, ", ".join(sorted(self.agents)))
+
+    def _observer(self) -> Observer:
+        """Metrics (when REACTQ_METRICS_PORT is set) and spans (when REACTQ_TRACING is)."""
+        s = self.settings
+        if s.metrics_port and self.metrics is None:
+            from shared.metrics import QueueDepthCollector, WorkerMetrics
+
+            self.metrics = WorkerMetrics(self.worker_name)
+            broker, agents = s.effective_broker_url, sorted(self.agents)
+            self.metrics.registry.register(QueueDepthCollector(broker, s.namespace, lambda: agents))
+            self.metrics.serve(s.metrics_port, s.metrics_address)
+            log.info("metrics on %s:%d/metrics", s.metrics_address, s.metrics_port)
+        return Observer(self.metrics, s.tracing)
 
     def begin_shutdown(self) -> None:
         """Warm shutdown (from any thread): finish running turns within the grace period.
@@ -159,7 +179,11 @@ class Bridge:
             if close is not None:
                 await close()
         await self.mcp.aclose()
+        if self.audit is not None:
+            await self.audit.close()  # writes the queued rows; the store stays open
         if self.store is not None:
             await self.store.close()
         if self.redis is not None:
             await self.redis.aclose()
+        if self.metrics is not None:
+            self.metrics.close()

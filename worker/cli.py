@@ -48,16 +48,25 @@ def _agents(settings: Settings, specs: list[str]) -> dict[str, Agent]:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from shared.logs import configure_logging
     from worker.tasks import run_worker
 
-    logging.basicConfig(
-        level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     settings = Settings.from_env()
+    configure_logging(settings, args.loglevel)
+    if settings.tracing:
+        from shared.tracing import configure_tracing, instrument_publishing
+
+        configure_tracing("reactq-worker")
+        instrument_publishing()  # re-dispatched drains carry the trace on
     agents = _agents(settings, args.agents)
     server = ensure_model_endpoint(agents)
     try:
-        run_worker(settings, agents, concurrency=args.concurrency, loglevel=args.loglevel)
+        run_worker(
+            settings,
+            agents,
+            concurrency=args.concurrency,
+            loglevel=args.loglevel or settings.log_level,
+        )
     finally:
         if server is not None:
             server.stop()

@@ -63,9 +63,16 @@ async def reap_forever(drainer: Drainer, interval: float, retry: float) -> None:
             due = await drainer.queue.reap(limit=200, retry_seconds=retry)
             for session_id in due:
                 log.warning("reaper: session %s missed its deadline; re-dispatching", session_id)
-                await drainer.dispatch(session_id)
+                try:
+                    await drainer.dispatch(session_id)
+                except Exception:
+                    # The broker may be down: the deadline was pushed one retry
+                    # period on, so this or another reaper tries again then.
+                    log.exception("reaper: could not re-dispatch session %s", session_id)
             backoff = interval
         except RedisError as exc:
             log.warning("reaper: %s; retrying in %.1fs", exc, backoff)
             backoff = min(backoff * 2, 30.0)
+        except Exception:
+            log.exception("reaper: unexpected failure; going on")
         await asyncio.sleep(backoff)

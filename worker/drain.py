@@ -17,10 +17,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.exceptions import RedisError
 
-from shared.bus import EventBus, TurnEmitter
+from shared.bus import E, EventBus, TurnEmitter
 from shared.errors import StaleLeaseError
 from shared.events import ErrorEvent, FinalEvent, StartedEvent
 from shared.locks import SessionLock
@@ -54,6 +55,23 @@ class _Running:
     evicted: bool = False
 
 
+class _FencedEmitter(TurnEmitter):
+    """Publishes a turn's final only while this worker still holds the session's
+    lease, so a process that wakes up after a pause cannot end a turn that its
+    new holder owns."""
+
+    still_holds: Callable[[], Awaitable[bool]] | None = None
+    record_status: Callable[[TurnStatus], Awaitable[None]] | None = None
+
+    async def emit(self, event_cls: type[E], **fields: Any) -> E:
+        if event_cls is FinalEvent:
+            if self.still_holds is not None and not await self.still_holds():
+                raise LeaseLostError(f"not publishing the final of {self.turn_id}: lease lost")
+            if self.record_status is not None:
+                await self.record_status(TurnStatus(fields["status"]))
+        return await super().emit(event_cls, **fields)
+
+
 class Drainer:
     """Runs the session protocol for the sessions this worker process drains."""
 
@@ -80,6 +98,7 @@ class Drainer:
         self.stopping = False
         self.running: dict[str, _Running] = {}
         self._background: set[asyncio.Future[int]] = set()
+        self._fenced: dict[str, int] = {}
 
     @property
     def in_flight(self) -> int:
@@ -127,23 +146,31 @@ class Drainer:
             token = await self.lock.acquire(sid)
             if token is None:
                 return ran
+            log.debug("session %s: lease taken (token %d)", sid, token)
+            interrupted = False
             try:
-                ran += await self._drain_held(sid, token)
+                ran += await self._holding_lease(sid, token, self._drain_held(sid, token))
             except (StaleLeaseError, LeaseLostError) as exc:
                 log.warning("session %s: lease lost (%s); leaving it to the new holder", sid, exc)
-                return ran
+                interrupted = True
             except EvictedError:
-                await self.lock.release(sid, token)
-                await self.dispatch(sid)
-                return ran
+                interrupted = True
             finally:
+                self._fenced.pop(sid, None)
                 with contextlib.suppress(RedisError):
                     await self.lock.release(sid, token)
             # Release-then-recheck: a turn pushed while we released would
             # otherwise wait for a drain that already returned "busy".
             if not await self.queue.has_work(sid):
                 return ran
+            if interrupted:
+                # Whoever holds the session now keeps its deadline fresh; if
+                # nobody does, the reaper finds it due and re-dispatches it.
+                await self.queue.watch(sid)
+                if not self.stopping:
+                    return ran
         if await self.queue.has_work(sid):
+            await self.queue.watch(sid)
             await self.dispatch(sid)  # shutting down: hand the session over
         return ran
 
@@ -163,14 +190,20 @@ class Drainer:
         except Exception as exc:
             await self._reject_malformed(sid, claimed, exc)
             return
-        emitter = TurnEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
+        emitter = _FencedEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
+        emitter.still_holds = lambda: self._still_holds(sid, token)
+        emitter.record_status = lambda status: self.queue.set_status(sid, turn.turn_id, status)
         try:
             await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):
             raise
         except Exception as exc:
-            # Infrastructure failed around the kernel (the store, the bus): end the
-            # turn visibly rather than leave it stuck in the running slot.
+            # Infrastructure failed around the kernel (the store, the bus). If the
+            # lease is gone (a paused process waking up), the turn belongs to its
+            # new holder and must get no second final from us.
+            if not await self._still_holds(sid, token):
+                raise LeaseLostError(f"lost the lease of {sid} ({exc!r})") from exc
+            # Otherwise end the turn visibly rather than leave it stuck in running.
             log.exception("session %s: turn %s failed in the worker", sid, turn.turn_id)
             with contextlib.suppress(Exception):
                 await self._fail(emitter, "worker_error", f"the worker failed: {exc!r}"[:500])
@@ -196,16 +229,27 @@ class Drainer:
             await self._fail(emitter, "unknown_agent", f"this worker does not host {turn.agent!r}")
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
-        # The fence is recorded on the session row, so the row must exist first.
-        await self.store.ensure_session(sid, turn.agent)
-        await self.store.claim(sid, token)
+        if self._fenced.get(sid) != token:
+            # The fence is recorded on the session row, so the row must exist
+            # first; once per lease is enough: the token is the same for every
+            # turn this drain runs.
+            await self.store.ensure_session(sid, turn.agent)
+            await self.store.claim(sid, token)
+            self._fenced[sid] = token
         entry = _Running(sid)
         mode = await self.queue.cancel_mode(sid, turn.turn_id)
         if mode is not None:
             entry.mode = mode
             entry.cancel.set()
         await emitter.emit(StartedEvent, worker=self.worker_name)
-        log.info("turn %s started: session %s attempt %d", turn.turn_id, sid, claimed.attempt)
+        fields = {"turn_id": turn.turn_id, "attempt": claimed.attempt, "agent": turn.agent}
+        log.info(
+            "turn %s started: session %s attempt %d",
+            turn.turn_id,
+            sid,
+            claimed.attempt,
+            extra=fields,
+        )
         started = time.monotonic()
         self.running[turn.turn_id] = entry
         try:
@@ -218,64 +262,89 @@ class Drainer:
                 cancel=entry.cancel,
                 keep_partial=lambda: entry.mode == "interrupt",
             )
-            final = await self._run_with_lease(sid, turn.turn_id, token, work, entry)
+            final = await self._run_evictable(sid, turn.turn_id, work, entry)
         finally:
             self.running.pop(turn.turn_id, None)
         await self.queue.finish(sid, turn.turn_id, final.status)
+        duration = time.monotonic() - started
         log.info(
             "turn %s finished: %s in %.3fs (session %s, attempt %d)",
             turn.turn_id,
             final.status,
-            time.monotonic() - started,
+            duration,
             sid,
             claimed.attempt,
+            extra={**fields, "status": str(final.status), "duration_s": round(duration, 3)},
         )
 
-    async def _run_with_lease(
-        self,
-        sid: str,
-        turn_id: str,
-        token: int,
-        work: Awaitable[FinalEvent],
-        entry: _Running,
-    ) -> FinalEvent:
-        """Run ``work`` while renewing the lease; stop it if the lease is lost."""
-        task = entry.task = asyncio.ensure_future(work)
+    async def _holding_lease(self, sid: str, token: int, work: Awaitable[int]) -> int:
+        """Run ``work`` (everything done under the lease, store waits included)
+        while renewing the lease; stop it if the lease is lost.
+
+        The lease stays alive while this process is alive, even when a call it
+        waits on (a database lock held by a paused peer, say) takes longer than
+        the lease TTL, so no second holder starts the same turn meanwhile.
+        """
+        task = asyncio.ensure_future(work)
         ttl = self.settings.lease_ttl_seconds
         renewed = time.monotonic()
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=ttl / 3)
                 if done:
-                    if task.cancelled() and entry.evicted:
-                        raise EvictedError(turn_id)
                     return task.result()
                 try:
                     if not await self.lock.renew(sid, token):
                         raise LeaseLostError(f"another worker holds the lease of {sid}")
                     renewed = time.monotonic()
-                    mode = await self.queue.cancel_mode(sid, turn_id)
-                    if mode is not None and not entry.cancel.is_set():
-                        entry.mode = mode
-                        entry.cancel.set()
+                    await self._poll_cancel_flags(sid)
                 except RedisError as exc:
                     # Keep trying while the lease may still be ours; past its TTL
-                    # another worker may hold it, so the turn must not commit.
+                    # another worker may hold it, so nothing more may commit.
                     if time.monotonic() - renewed >= ttl:
                         raise LeaseLostError(f"could not renew the lease of {sid}: {exc}") from exc
                     log.warning("session %s: lease renewal failed (%s); retrying", sid, exc)
-        except asyncio.CancelledError:
-            if entry.evicted:
-                raise EvictedError(turn_id) from None
-            raise
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+    async def _poll_cancel_flags(self, sid: str) -> None:
+        """The fallback for a missed control notice: read the flags of our turns."""
+        for turn_id, entry in list(self.running.items()):
+            if entry.session_id == sid and not entry.cancel.is_set():
+                mode = await self.queue.cancel_mode(sid, turn_id)
+                if mode is not None:
+                    entry.mode = mode
+                    entry.cancel.set()
+
+    async def _run_evictable(
+        self, sid: str, turn_id: str, work: Awaitable[FinalEvent], entry: _Running
+    ) -> FinalEvent:
+        """Run the kernel as its own task, so a shutdown can stop it and give it back."""
+        task = entry.task = asyncio.ensure_future(work)
+        try:
+            await asyncio.wait({task})
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if task.cancelled():
             if entry.evicted:
                 with contextlib.suppress(RedisError):
                     await self.queue.give_back(sid, turn_id)
+                raise EvictedError(turn_id)
+            raise asyncio.CancelledError
+        return task.result()
+
+    async def _still_holds(self, sid: str, token: int) -> bool:
+        try:
+            holder = await self.lock.holder(sid)
+        except RedisError:
+            return False
+        return holder is not None and holder[0] == token
 
     async def _already_committed(self, sid: str, turn_id: str, emitter: TurnEmitter) -> bool:
         """A re-issued turn whose previous holder died after committing it is done."""

@@ -10,17 +10,20 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import worker_shutting_down
 
+from shared.logs import log_context
 from shared.settings import Settings
 from worker.app import DRAIN_TASK, create_app
 from worker.bridge import Bridge
 from worker.definitions import Agent
 
 log = logging.getLogger("reactq.worker")
+T = TypeVar("T")
 
 _bridge: Bridge | None = None
 
@@ -28,11 +31,56 @@ _bridge: Bridge | None = None
 def bind_tasks(app: Celery) -> None:
     """Register ``reactq.drain`` on the app."""
 
-    @app.task(name=DRAIN_TASK, ignore_result=True)
-    def drain(session_id: Any) -> int:
+    @app.task(name=DRAIN_TASK, ignore_result=True, bind=True)
+    def drain(self: Task, session_id: Any) -> int:
         if _bridge is None or _bridge.drainer is None:
             raise RuntimeError("reactq.drain ran outside a reactq worker process")
-        return _bridge.run(_bridge.drainer.drain(session_id))
+        work = _in_context(_bridge.drainer.drain(session_id), str(session_id)[:128])
+        if not _bridge.settings.tracing:
+            return _bridge.run(work)
+        from opentelemetry import context, trace
+
+        from shared.tracing import extract_context, tracer
+
+        # The producer's span travels in the message headers (shared/tracing.py).
+        parent = extract_context(vars(self.request))
+        span = tracer().start_span(
+            f"{DRAIN_TASK} process",
+            context=parent,
+            kind=trace.SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "celery",
+                "messaging.operation.type": "process",
+                "messaging.destination.name": str(
+                    (self.request.delivery_info or {}).get("routing_key", "")
+                ),
+                "messaging.message.id": str(self.request.id),
+                "gen_ai.conversation.id": str(session_id)[:128],
+            },
+        )
+        # The coroutine runs on the loop's thread: hand it the context explicitly,
+        # contextvars do not cross from this pool thread.
+        ctx = trace.set_span_in_context(span, parent)
+        try:
+            with trace.use_span(span, end_on_exit=False, record_exception=True):
+                return _bridge.run(_attached(work, ctx, context))
+        finally:
+            span.end()
+
+
+async def _in_context(work: Coroutine[Any, Any, T], session_id: str) -> T:
+    """Run ``work`` with the session on every log line it writes."""
+    with log_context(session_id=session_id):
+        return await work
+
+
+async def _attached(work: Coroutine[Any, Any, T], ctx: Any, context: Any) -> T:
+    """Run ``work`` inside an OpenTelemetry context made on another thread."""
+    token = context.attach(ctx)
+    try:
+        return await work
+    finally:
+        context.detach(token)
 
 
 def run_worker(

@@ -10,7 +10,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import FINAL_TEXT, emit, measure, parse_args, raw_sdk_turn, step_for
+from common import (
+    FINAL_TEXT,
+    emit,
+    measure,
+    measure_http,
+    parse_args,
+    session_key,
+    step_for,
+)
 from fifty_agent_sdk import (
     AgentLoop,
     AgentRunner,
@@ -76,18 +84,6 @@ def quiet_logs() -> None:
 async def main() -> None:
     args = parse_args()
     quiet_logs()
-    if args.scenario == "raw":
-        import openai
-
-        client = openai.AsyncOpenAI(base_url=args.base_url, api_key="sk-bench", max_retries=0)
-
-        async def raw(i: int) -> None:
-            await raw_sdk_turn(client, "bench-model")
-
-        result = await measure(raw, args)
-        await client.close()
-        emit({"framework": "openai SDK", "scenario": "raw", "mode": args.mode, **result})
-        return
     llm: Any = (
         OpenAICompatibleClient(api_key="sk-bench", base_url=args.base_url, max_retries=0)
         if args.mode == "http"
@@ -119,12 +115,12 @@ async def main() -> None:
 
         async def turn(i: int) -> None:
             final = None
-            async for event in runner.run(f"s{i}", question):
+            async for event in runner.run(session_key(i, args.session_turns), question):
                 if isinstance(event, FinalEvent):
                     final = event
             assert final is not None and final.text == FINAL_TEXT, final
 
-    result = await measure(turn, args)
+    result = await (measure_http(turn, args) if args.mode == "http" else measure(turn, args))
     name = "fifty AgentLoop" if args.scenario == "loop" else "fifty AgentRunner+Memory"
     emit({"framework": name, "scenario": args.scenario, "mode": args.mode, **result})
 

@@ -11,7 +11,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import FINAL_TEXT, emit, measure, parse_args, raw_sdk_turn, step_for
+from common import (
+    FINAL_TEXT,
+    emit,
+    measure,
+    measure_http,
+    parse_args,
+    session_key,
+    step_for,
+)
 from neosian import (
     Agent,
     AgentConfig,
@@ -109,18 +117,6 @@ class MemoryStore(ConversationStore):
 
 async def main() -> None:
     args = parse_args()
-    if args.scenario == "raw":
-        import openai
-
-        client = openai.AsyncOpenAI(base_url=args.base_url, api_key="sk-bench", max_retries=0)
-
-        async def raw(i: int) -> None:
-            await raw_sdk_turn(client, "bench-model")
-
-        result = await measure(raw, args)
-        await client.close()
-        emit({"framework": "openai SDK", "scenario": "raw", "mode": args.mode, **result})
-        return
     door = OpenAICompatible(name="bench", api_key_env=None, base_url=args.base_url or "http://x")
     model = register_model(
         "bench-model", provider=door, context_window=128_000, max_output_tokens=16_384
@@ -146,11 +142,12 @@ async def main() -> None:
         store = MemoryStore()
 
         async def turn(i: int) -> None:
-            conversation = Conversation(agent, store=store, conversation_id=f"s{i}")
+            sid = session_key(i, args.session_turns)
+            conversation = Conversation(agent, store=store, conversation_id=sid)
             response = await conversation.send(question)
             assert response.message.content == FINAL_TEXT, response
 
-    result = await measure(turn, args)
+    result = await (measure_http(turn, args) if args.mode == "http" else measure(turn, args))
     name = "neosian Agent.run" if args.scenario == "loop" else "neosian Conversation+store"
     emit({"framework": name, "scenario": args.scenario, "mode": args.mode, **result})
 

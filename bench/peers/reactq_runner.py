@@ -13,8 +13,9 @@ from bench.peers.common import (
     FINAL_TEXT,
     emit,
     measure,
+    measure_http,
     parse_args,
-    raw_sdk_turn,
+    session_key,
     step_for,
 )
 from shared.bus import TurnEmitter
@@ -77,18 +78,6 @@ async def main() -> None:
     args = parse_args()
     bus = NullBus()
     http = args.mode == "http"
-    if args.scenario == "raw":
-        import openai
-
-        client = openai.AsyncOpenAI(base_url=args.base_url, api_key="sk-bench", max_retries=0)
-
-        async def raw(i: int) -> None:
-            await raw_sdk_turn(client, "bench-model")
-
-        result = await measure(raw, args)
-        await client.close()
-        emit({"framework": "openai SDK", "scenario": "raw", "mode": args.mode, **result})
-        return
     llm: Any = (
         OpenAICompatibleClient(base_url=args.base_url, api_key="sk-bench", max_retries=0)
         if http
@@ -96,25 +85,31 @@ async def main() -> None:
     )
     loop = AgentLoop(llm, Registry([get_weather, get_time]), model="bench-model")
     question = "Weather and time in Paris?"
+    n = args.session_turns
     if args.scenario == "loop":
+        histories: dict[str, list[ChatMessage]] = {}
 
         async def turn(i: int) -> None:
-            emitter = TurnEmitter(bus, f"s{i}", f"t{i}")  # type: ignore[arg-type]
+            history = histories.setdefault(session_key(i, n), []) if n > 1 else []
+            emitter = TurnEmitter(bus, session_key(i, n), f"t{i}")  # type: ignore[arg-type]
             user = ChatMessage(role="user", content=question)
-            result = await loop.run([user], emitter)
+            result = await loop.run([*history, user], emitter)
             assert result.text == FINAL_TEXT, result
+            if n > 1:
+                history += [user, *result.messages]
 
     else:
         runner = AgentRunner(loop, MemoryStateStore(), "bench")
 
         async def turn(i: int) -> None:
-            emitter = TurnEmitter(bus, f"s{i}", f"t{i}")  # type: ignore[arg-type]
+            sid = session_key(i, n)
+            emitter = TurnEmitter(bus, sid, f"t{i}")  # type: ignore[arg-type]
             final = await runner.run_turn(
-                session_id=f"s{i}", message=question, turn_id=f"t{i}", emitter=emitter
+                session_id=sid, message=question, turn_id=f"t{i}", emitter=emitter
             )
             assert final.text == FINAL_TEXT, final
 
-    result = await measure(turn, args)
+    result = await (measure_http(turn, args) if http else measure(turn, args))
     if http:
         await llm.aclose()
     name = "reactq AgentLoop" if args.scenario == "loop" else "reactq AgentRunner+Memory"

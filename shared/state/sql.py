@@ -104,6 +104,10 @@ class SqlStateStore:
             _install_sqlite_hooks(engine, busy_timeout_seconds)
         # In-memory SQLite is one shared connection: transactions must take turns.
         self._serial = asyncio.Lock() if in_memory else None
+        # SQLite has one writer at a time. Queueing this process's writers here
+        # is far cheaper than letting them spin in SQLite's busy handler (which
+        # sleeps in growing steps): other processes still wait on the file lock.
+        self._write_gate = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = engine.execution_options(reactq_write=True)
 
     def _make_engine(
@@ -189,6 +193,14 @@ class SqlStateStore:
             async with self._serial:
                 yield
 
+    @contextlib.asynccontextmanager
+    async def _gate(self) -> AsyncIterator[None]:
+        if self._write_gate is None:
+            yield
+        else:
+            async with self._write_gate:
+                yield
+
     async def _read(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         async with self._turn(), self.engine.connect() as conn:
             return await op(conn)
@@ -197,7 +209,7 @@ class SqlStateStore:
         """Run ``op`` in one write transaction, retrying while SQLite reports it busy."""
         for attempt in range(_BUSY_RETRIES):
             try:
-                async with self._turn(), self._writer.begin() as conn:
+                async with self._turn(), self._gate(), self._writer.begin() as conn:
                     return await op(conn)
             except OperationalError as exc:
                 if not _is_busy(exc) or attempt == _BUSY_RETRIES - 1:
@@ -212,6 +224,11 @@ class SqlStateStore:
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
+        # Almost always the session exists: a read takes no write lock, which on
+        # SQLite would serialise every worker process sharing the file.
+        existing = await self.get_session(session_id)
+        if existing is not None:
+            return existing
         now = time.time()
 
         async def op(conn: AsyncConnection) -> SessionInfo:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,7 @@ class _Call:
 
 
 class _Deadline:
-    """Cancels the current task after ``limit`` seconds; ``expired()`` tells it did.
+    """Cancels a task at loop time ``when``; ``expired()`` tells it did.
 
     A lighter ``asyncio.timeout`` (one timer, no context manager): the tool call
     is the hot path of every step.
@@ -64,12 +65,10 @@ class _Deadline:
 
     __slots__ = ("_expired", "_handle", "_task")
 
-    def __init__(self, limit: float) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def __init__(self, task: asyncio.Task[Any], when: float) -> None:
         self._task = task
         self._expired = False
-        self._handle = asyncio.get_running_loop().call_later(limit, self._fire)
+        self._handle = asyncio.get_running_loop().call_at(when, self._fire)
 
     def _fire(self) -> None:
         self._expired = True
@@ -84,6 +83,47 @@ class _Deadline:
     def cancel(self) -> None:
         """Disarm the timer."""
         self._handle.cancel()
+
+
+class _UnderDeadline:
+    """Awaits a coroutine, arming its deadline only when it first suspends.
+
+    Cancellation reaches a coroutine only where it waits, so one that finishes
+    without waiting (most in-process tools) cannot time out and needs no timer:
+    arming and disarming one costs more than such a call. The deadline still
+    counts from the start of the call.
+    """
+
+    __slots__ = ("_coro", "_when", "deadline")
+
+    def __init__(self, call: Awaitable[Any], limit: float) -> None:
+        # A coroutine steps itself; any other awaitable through its iterator.
+        self._coro: Coroutine[Any, Any, Any] | Generator[Any, Any, Any] = (
+            call if isinstance(call, Coroutine) else call.__await__()
+        )
+        self._when = asyncio.get_running_loop().time() + limit
+        self.deadline: _Deadline | None = None
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            try:
+                waiting = coro.send(sent) if thrown is None else coro.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            if self.deadline is None:
+                task = asyncio.current_task()
+                assert task is not None
+                self.deadline = _Deadline(task, self._when)
+            try:
+                sent, thrown = (yield waiting), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation (ours or not): the tool sees it
+                sent, thrown = None, exc
 
 
 class ToolExecutor:
@@ -240,22 +280,24 @@ class ToolExecutor:
     async def _invoke(self, item: _Call, context: ToolContext) -> tuple[bool, str]:
         """(True, result text) or (False, "code\\0error")."""
         limit = item.tool.timeout if item.tool.timeout is not None else self.tool_timeout
-        timer = _Deadline(limit) if limit is not None else None
+        call = item.tool.call(item.args, context)
+        timed = _UnderDeadline(call, limit) if limit is not None else None
         try:
-            result = await item.tool.call(item.args, context)
+            result = await (call if timed is None else timed)
         except ToolArgumentsError as exc:
             return False, f"invalid_arguments\0{exc.message}"
         except ToolError as exc:
             return False, f"{exc.code}\0{exc.message or type(exc).__name__}"
         except asyncio.CancelledError:
+            timer = timed.deadline if timed is not None else None
             if timer is not None and timer.expired():
                 return False, f"timeout\0the tool timed out after {limit:g} s"
             raise
         except Exception as exc:
             return False, f"tool_error\0{type(exc).__name__}: {exc}"
         finally:
-            if timer is not None:
-                timer.cancel()
+            if timed is not None and timed.deadline is not None:
+                timed.deadline.cancel()
         return True, format_tool_result(result)
 
     async def _check(self, item: _Call, info: ToolCallInfo) -> str | None:

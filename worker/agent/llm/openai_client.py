@@ -113,10 +113,7 @@ class OpenAICompatibleClient:
         model = model or self.model or ""
         if not model:
             raise LLMBadRequestError("no model given: pass model= or set REACTQ_MODEL")
-        kwargs: dict[str, Any] = {"model": model, "messages": messages}
-        if tools:
-            kwargs["tools"] = tools
-        kwargs.update((options or DEFAULT_OPTIONS).to_request(model))
+        kwargs = _request(model, messages, tools, options or DEFAULT_OPTIONS)
         started = time.monotonic()
         retry = 0
         while True:
@@ -228,6 +225,26 @@ class OpenAICompatibleClient:
                 return ContextLengthExceededError(message)
             return LLMErrorEnvelopeError(f"the endpoint sent an error: {message}")
         return LLMResponseError(f"{type(exc).__name__}: {message}")
+
+
+def _request(
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    options: RequestOptions,
+) -> dict[str, Any]:
+    """The ``create`` keyword arguments for one call.
+
+    ``messages`` and ``tools`` travel in ``extra_body``, which the SDK merges into
+    the JSON body as it is: its request transform walks every message against
+    the typed-dict union (about 0.15 ms a message, so a long session spends
+    milliseconds a call there) and returns our plain wire dicts unchanged. The
+    typed ``messages`` argument is then an empty list the merge replaces.
+    """
+    body: dict[str, Any] = {"messages": messages}
+    if tools:
+        body["tools"] = tools
+    return {"model": model, "messages": [], "extra_body": body, **options.to_request(model)}
 
 
 def _retry_after_of(exc: openai.OpenAIError) -> float | None:

@@ -77,6 +77,8 @@ class Tool:
         self._fields = [
             (key, field.alias or key) for key, field in self._args_model.model_fields.items()
         ]
+        # The model's validator itself: model_validate is a Python frame around it.
+        self._validate = self._args_model.__pydantic_validator__.validate_python
         self.parameters: dict[str, Any] = _clean_schema(self._args_model.model_json_schema())
         functools.update_wrapper(self, fn)
 
@@ -101,7 +103,7 @@ class Tool:
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for the function; raises ToolArgumentsError."""
         try:
-            model = self._args_model.model_validate(args)
+            model = self._validate(args)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"

@@ -1,0 +1,109 @@
+"""Render ``docs/configuration.md`` from the settings model.
+
+Each setting's meaning is its field's docstring (the model reads them with
+``use_attribute_docstrings``), so the reference cannot drift from the code: a
+test compares the file with ``render()``. Regenerate with ``make docs`` or
+``python -m shared.config_doc --write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from pydantic_core import PydanticUndefined
+
+from shared.settings import _LIST_FIELDS, Settings
+
+__all__ = ["DOC_PATH", "render"]
+
+DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+HEADER = """\
+# Configuration reference
+
+<!-- Generated from shared/settings.py by `make docs`; do not edit by hand. -->
+
+Every reactq process (worker, gateway, producer, Flower) reads its settings
+from environment variables when it starts, and refuses to start when one is
+invalid, naming the variable. An empty variable counts as unset. List settings
+take comma-separated values. Secrets (marked *secret*) never reach a log line
+or an event.
+
+| variable | default | meaning |
+|---|---|---|
+"""
+
+FOOTER = """
+Command-line flags win over the environment where both exist (`reactq worker
+--concurrency`, `--loglevel`). Flower also honours its own `FLOWER_*`
+variables; the OpenTelemetry SDK its `OTEL_*` ones.
+"""
+
+
+def _default(name: str) -> str:
+    field = Settings.model_fields[name]
+    if field.default_factory is not None:
+        value: Any = field.default_factory()  # type: ignore[call-arg]
+    elif field.default is PydanticUndefined:
+        return "(required)"
+    else:
+        value = field.default
+    if value is None or value == []:
+        return ""
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, list):
+        return f"`{','.join(map(str, value))}`"
+    if isinstance(value, str | int | float):
+        return f"`{value}`"
+    return f"`{json.dumps(value, default=str)}`"
+
+
+def _meaning(name: str) -> str:
+    field = Settings.model_fields[name]
+    text = " ".join((field.description or "").split())
+    if not text:
+        raise ValueError(f"setting {name!r} has no docstring: add one line under the field")
+    if field.annotation is not None and SecretStr in getattr(field.annotation, "__args__", ()):
+        text += " *secret*"
+    if name in _LIST_FIELDS:
+        text += " (list)"
+    return text.replace("|", "\\|")
+
+
+def render() -> str:
+    """The whole reference, as markdown."""
+    rows = [
+        f"| `{env}` | {_default(name)} | {_meaning(name)} |"
+        for name, env in Settings.env_names().items()
+    ]
+    return HEADER + "\n".join(rows) + "\n" + FOOTER
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--write`` the reference to docs/configuration.md, ``--check`` it, else print it."""
+    parser = argparse.ArgumentParser(prog="python -m shared.config_doc")
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.write:
+        DOC_PATH.parent.mkdir(exist_ok=True)
+        DOC_PATH.write_text(text, encoding="utf-8")
+    elif args.check:
+        current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
+        if current != text:
+            print(f"{DOC_PATH} is out of date: run `make docs`", file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Logging for every reactq process: text or JSON lines, secrets redacted.
+
+``configure_logging(settings)`` installs one handler on the root logger, so the
+lines of reactq (``reactq.*``), Celery, uvicorn and the libraries below them all
+pass the same redaction and come out in the same format. Redaction happens on
+the handler, not on a logger: a logger's filters do not see records propagated
+from its children, a handler's do.
+
+Structured fields come from ``extra=`` on a log call (``session_id``,
+``turn_id``, ``attempt``, ``duration_s``, ``status``...) and from the log
+context (``log_context(session_id=...)``), which follows a task across awaits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from shared.settings import Settings
+
+__all__ = [
+    "JsonFormatter",
+    "RedactingFilter",
+    "configure_logging",
+    "log_context",
+    "secrets_of",
+]
+
+REDACTED = "[REDACTED]"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Values that look like credentials wherever they appear, even ones we were not told.
+_PATTERNS = [
+    # Authorization headers and bearer tokens.
+    (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(bearer|basic)?\s*[^\s'\",}]+"), None),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"), r"\1 " + REDACTED),
+    # OpenAI-style provider keys.
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
+    # A password in a URL: scheme://user:password@host.
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), r"\1" + REDACTED + "@"),
+    # key=value / "api_key": "value" spellings.
+    (
+        re.compile(
+            r"(?i)(['\"]?(?:api[_-]?key|password|secret|token)['\"]?\s*[:=]\s*['\"]?)"
+            r"[^\s'\",}&]+"
+        ),
+        None,
+    ),
+]
+
+# Environment variables whose values are secrets by their name.
+_SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL)")
+
+# LogRecord attributes that are not ``extra=`` fields.
+_STANDARD = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
+    | {"message", "asctime", "taskName"}
+)
+
+_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "reactq_log_context", default=None
+)
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Add ``fields`` to every record logged in this context (task, thread)."""
+    current = _context.get() or {}
+    token = _context.set({**current, **{k: v for k, v in fields.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def secrets_of(settings: Settings | None, environ: dict[str, str] | None = None) -> set[str]:
+    """Every secret value this process knows: secret settings and secret-named env vars."""
+    found: set[str] = set()
+    if settings is not None:
+        for key in (settings.openai_api_key, settings.api_key, *settings.api_keys):
+            if key is not None:
+                found.add(key.get_secret_value())
+        if settings.flower_auth is not None:
+            for pair in settings.flower_auth.get_secret_value().split(","):
+                found.add(pair.strip())
+                found.add(pair.partition(":")[2].strip())
+    env = os.environ if environ is None else environ
+    for name, value in env.items():
+        if _SECRET_ENV.search(name):
+            found.update(v.strip() for v in value.split(","))
+    # Short values would redact ordinary words; they are not keys worth the name.
+    return {s for s in found if len(s) >= 6}
+
+
+class RedactingFilter(logging.Filter):
+    """Replaces known secrets and credential-shaped text in a record, message and args."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        # Longest first, so a secret that contains another is replaced whole.
+        self.secrets = sorted(set(secrets), key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret and credential-shaped value replaced."""
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        for pattern, repl in _PATTERNS:
+            if repl is None:
+                text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+            else:
+                text = pattern.sub(repl, text)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Format once, here, so a secret hidden in an argument is caught too.
+        record.msg = self.redact(record.getMessage())
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        for key, value in list(vars(record).items()):
+            if key not in _STANDARD and isinstance(value, str):
+                setattr(record, key, self.redact(value))
+        return True
+
+
+class ContextFilter(logging.Filter):
+    """Copies the log context's fields onto each record (``extra=`` wins)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in (_context.get() or {}).items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, then the record's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class _TextFormatter(logging.Formatter):
+    """The classic line, plus the context's fields as ``key=value`` at the end."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = [
+            f"{k}={v}"
+            for k, v in vars(record).items()
+            if k not in _STANDARD and not k.startswith("_") and f"{v}" not in record.getMessage()
+        ]
+        return f"{line} [{' '.join(fields)}]" if fields else line
+
+
+_HANDLER_MARK = "_reactq_handler"
+
+
+def configure_logging(
+    settings: Settings | None = None,
+    level: str | None = None,
+    *,
+    fmt: str | None = None,
+    stream: TextIO | None = None,
+) -> logging.Handler:
+    """Install reactq's handler on the root logger (replacing a previous one of ours).
+
+    ``level`` (e.g. a ``--loglevel``) wins over ``REACTQ_LOG_LEVEL``; ``fmt``
+    (``text``/``json``) over ``REACTQ_LOG_FORMAT``.
+    """
+    level = (level or (settings.log_level if settings else "INFO")).upper()
+    fmt = fmt or (settings.log_format if settings else "text")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    setattr(handler, _HANDLER_MARK, True)
+    handler.addFilter(ContextFilter())
+    handler.addFilter(RedactingFilter(secrets_of(settings)))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else _TextFormatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
