@@ -35,7 +35,6 @@ class _QoS(kombu_redis.QoS):
             )
             self._delivered.clear()
 
-
     def ack(self, delivery_tag: Any) -> None:
         # A task that ran through the outage finishes on a channel that is gone:
         # its message stays unacked (a later duplicate drain is a no-op).
