@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -59,6 +58,9 @@ class _Session:
 class MemoryStateStore:
     """The StateStore contract in process-local dicts, for one event loop.
 
+    No method awaits anything, so each runs to completion on its loop: that is
+    what makes commits atomic here, with no lock to take.
+
     ``ttl_seconds`` forgets a session that long after its last use (reads count;
     monotonic clock; checked lazily on every call) and ``max_sessions`` keeps the
     most recently used ones; both drop the session's turns with it. None disables
@@ -76,28 +78,42 @@ class MemoryStateStore:
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._turns: dict[str, TurnRecord] = {}
-        self._lock = asyncio.Lock()
+        self._swept = float("-inf")
 
     # Sessions are kept in order of last use, so the ones to drop are at the front.
     def _touch(self, session_id: str) -> _Session | None:
         self._evict()
         session = self._sessions.get(session_id)
-        if session is not None:
-            session.touched = time.monotonic()
-            self._sessions.move_to_end(session_id)
+        if session is None:
+            return None
+        now = time.monotonic()
+        if self.ttl_seconds is not None and now - session.touched >= self.ttl_seconds:
+            # Expired since the last sweep: the sweep is periodic, the TTL exact.
+            self._drop(session_id, session)
+            return None
+        session.touched = now
+        self._sessions.move_to_end(session_id)
         return session
 
-    def _evict(self) -> None:
+    def _drop(self, session_id: str, session: _Session) -> None:
+        del self._sessions[session_id]
+        for turn_id in session.turn_ids:
+            self._turns.pop(turn_id, None)
+
+    def _evict(self, *, force: bool = False) -> None:
         now = time.monotonic()
+        # A sweep a second is enough for a TTL counted in seconds; a new session
+        # forces one so max_sessions holds exactly.
+        if not force and now - self._swept < 1.0:
+            return
+        self._swept = now
         while self._sessions:
             session_id, oldest = next(iter(self._sessions.items()))
             too_many = self.max_sessions is not None and len(self._sessions) > self.max_sessions
             too_old = self.ttl_seconds is not None and now - oldest.touched >= self.ttl_seconds
             if not (too_many or too_old):
                 return
-            del self._sessions[session_id]
-            for turn_id in oldest.turn_ids:
-                self._turns.pop(turn_id, None)
+            self._drop(session_id, oldest)
 
     def _require(self, session_id: str) -> _Session:
         session = self._touch(session_id)
@@ -119,50 +135,46 @@ class MemoryStateStore:
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
-        async with self._lock:
-            session = self._touch(session_id)
-            if session is None:
-                now = time.time()
-                session = _Session(agent=agent, created_at=now, touched=time.monotonic())
-                session.branches[TRUNK] = _Branch(parent=None, fork=0, created_at=now)
-                self._sessions[session_id] = session
-                self._evict()
-            return session.info(session_id)
+        session = self._touch(session_id)
+        if session is None:
+            now = time.time()
+            session = _Session(agent=agent, created_at=now, touched=time.monotonic())
+            session.branches[TRUNK] = _Branch(parent=None, fork=0, created_at=now)
+            self._sessions[session_id] = session
+            self._evict(force=True)
+        return session.info(session_id)
 
     async def get_session(self, session_id: str) -> SessionInfo | None:
         """The session, or None if the store has never seen it (or has forgotten it)."""
-        async with self._lock:
-            session = self._touch(session_id)
-            return None if session is None else session.info(session_id)
+        session = self._touch(session_id)
+        return None if session is None else session.info(session_id)
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
     ) -> list[ChatMessage]:
         """Messages of a branch (the active one by default), oldest first."""
-        async with self._lock:
-            session = self._touch(session_id)
-            if session is None:
-                return []
-            name = branch_id or session.active_branch
-            chain: list[tuple[str, int]] = []
-            current: str | None = name
-            while current is not None and current in session.branches:
-                chain.append((current, session.branches[current].fork))
-                current = session.branches[current].parent
-            out: list[ChatMessage] = []
-            for bid, _after, upto in view_ranges(chain):
-                branch = session.branches[bid]
-                stop = len(branch.own) if upto is None else upto - branch.fork
-                out.extend(branch.own[: max(stop, 0)])
-            return out
+        session = self._touch(session_id)
+        if session is None:
+            return []
+        name = branch_id or session.active_branch
+        chain: list[tuple[str, int]] = []
+        current: str | None = name
+        while current is not None and current in session.branches:
+            chain.append((current, session.branches[current].fork))
+            current = session.branches[current].parent
+        out: list[ChatMessage] = []
+        for bid, _after, upto in view_ranges(chain):
+            branch = session.branches[bid]
+            stop = len(branch.own) if upto is None else upto - branch.fork
+            out.extend(branch.own[: max(stop, 0)])
+        return out
 
     async def append(
         self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
     ) -> None:
         """Append messages to a branch (the active one by default), unfenced."""
-        async with self._lock:
-            session = self._require(session_id)
-            _extend(self._branch(session, session_id, branch_id), messages, None)
+        session = self._require(session_id)
+        _extend(self._branch(session, session_id, branch_id), messages, None)
 
     async def fork(
         self,
@@ -175,84 +187,79 @@ class MemoryStateStore:
     ) -> str:
         """Start a branch keeping messages 1..``from_sequence``; see StateStore.fork."""
         new_id = check_branch_id(new_branch_id) if new_branch_id else None
-        async with self._lock:
-            session = self._require(session_id)
-            source_id = branch_id or session.active_branch
-            source = self._branch(session, session_id, source_id)
-            check_fork_point(session_id, source_id, from_sequence, source.length)
-            new_id = new_id or _fresh(session.branches)
-            if new_id in session.branches:
-                raise BranchError(
-                    f"session {session_id!r} already has a branch {new_id!r}",
-                    session_id=session_id,
-                    branch_id=new_id,
-                )
-            session.branches[new_id] = _Branch(
-                parent=source_id, fork=from_sequence, created_at=time.time()
+        session = self._require(session_id)
+        source_id = branch_id or session.active_branch
+        source = self._branch(session, session_id, source_id)
+        check_fork_point(session_id, source_id, from_sequence, source.length)
+        new_id = new_id or _fresh(session.branches)
+        if new_id in session.branches:
+            raise BranchError(
+                f"session {session_id!r} already has a branch {new_id!r}",
+                session_id=session_id,
+                branch_id=new_id,
             )
-            if activate:
-                session.active_branch = new_id
-            return new_id
+        session.branches[new_id] = _Branch(
+            parent=source_id, fork=from_sequence, created_at=time.time()
+        )
+        if activate:
+            session.active_branch = new_id
+        return new_id
 
     async def list_branches(self, session_id: str) -> list[BranchInfo]:
         """The session's branches, oldest first ([] for an unknown session)."""
-        async with self._lock:
-            session = self._touch(session_id)
-            if session is None:
-                return []
-            return [
-                BranchInfo(
-                    branch_id=bid,
-                    parent_branch_id=b.parent,
-                    fork_sequence=b.fork,
-                    length=b.length,
-                    active=bid == session.active_branch,
-                    created_at=b.created_at,
-                )
-                for bid, b in session.branches.items()
-            ]
+        session = self._touch(session_id)
+        if session is None:
+            return []
+        return [
+            BranchInfo(
+                branch_id=bid,
+                parent_branch_id=b.parent,
+                fork_sequence=b.fork,
+                length=b.length,
+                active=bid == session.active_branch,
+                created_at=b.created_at,
+            )
+            for bid, b in session.branches.items()
+        ]
 
     async def switch_branch(self, session_id: str, branch_id: str) -> None:
         """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
-        async with self._lock:
-            session = self._require(session_id)
-            self._branch(session, session_id, branch_id)
-            session.active_branch = branch_id
+        session = self._require(session_id)
+        self._branch(session, session_id, branch_id)
+        session.active_branch = branch_id
 
     async def truncate_after(
         self, session_id: str, sequence: int, branch_id: str | None = None
     ) -> None:
         """Hard-delete a branch's own messages after ``sequence``; see StateStore."""
-        async with self._lock:
-            session = self._touch(session_id)
-            if session is None:
-                return
-            bid = branch_id or session.active_branch
-            branch = session.branches.get(bid)
-            if branch is None:
-                return
-            cut = max(sequence, branch.fork)
-            if branch.length <= cut:
-                return
-            for child in session.branches.values():
-                if child.parent == bid and child.fork > cut:
-                    inherited = branch.own[cut - branch.fork : child.fork - branch.fork]
-                    child.own[:0] = inherited
-                    child.fork = cut
-            del branch.own[cut - branch.fork :]
+        session = self._touch(session_id)
+        if session is None:
+            return
+        bid = branch_id or session.active_branch
+        branch = session.branches.get(bid)
+        if branch is None:
+            return
+        cut = max(sequence, branch.fork)
+        if branch.length <= cut:
+            return
+        for child in session.branches.values():
+            if child.parent == bid and child.fork > cut:
+                inherited = branch.own[cut - branch.fork : child.fork - branch.fork]
+                child.own[:0] = inherited
+                child.fork = cut
+        del branch.own[cut - branch.fork :]
 
     async def claim(self, session_id: str, fence: int) -> None:
         """Record ``fence`` as the session's newest token (StaleLeaseError if older).
 
         A session the store does not have yet is left alone (nothing to fence).
         """
-        async with self._lock:
-            session = self._touch(session_id)
-            if session is None:
-                return
-            if session.fence > fence:
-                raise stale(session_id, session.fence, fence)
-            session.fence = fence
+        session = self._touch(session_id)
+        if session is None:
+            return
+        if session.fence > fence:
+            raise stale(session_id, session.fence, fence)
+        session.fence = fence
 
     async def commit_turn(
         self,
@@ -271,24 +278,22 @@ class MemoryStateStore:
                 f"turn {record.turn_id} belongs to session {record.session_id!r}, "
                 f"not {session_id!r}"
             )
-        async with self._lock:
-            session = self._require(session_id)
-            if fence is not None and session.fence > fence:
-                raise stale(session_id, session.fence, fence)
-            branch = self._branch(session, session_id, branch_id)
-            if fence is not None:
-                session.fence = fence
-            _extend(branch, messages, record.turn_id)
-            if not record.created_at:
-                record = record.model_copy(update={"created_at": time.time()})
-            self._turns[record.turn_id] = record
-            session.turn_ids.add(record.turn_id)
+        session = self._require(session_id)
+        if fence is not None and session.fence > fence:
+            raise stale(session_id, session.fence, fence)
+        branch = self._branch(session, session_id, branch_id)
+        if fence is not None:
+            session.fence = fence
+        _extend(branch, messages, record.turn_id)
+        if not record.created_at:
+            record = record.model_copy(update={"created_at": time.time()})
+        self._turns[record.turn_id] = record
+        session.turn_ids.add(record.turn_id)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
-        async with self._lock:
-            self._evict()
-            return self._turns.get(turn_id)
+        self._evict()
+        return self._turns.get(turn_id)
 
     async def close(self) -> None:
         """Nothing to release; the data stays readable."""
@@ -296,8 +301,11 @@ class MemoryStateStore:
 
 def _extend(branch: _Branch, messages: Sequence[ChatMessage], turn_id: str | None) -> None:
     start = branch.length + 1
+    # Validating a dict is twice as fast as model_copy(update=...), and this runs
+    # for every message of every turn.
+    validate = ChatMessage.__pydantic_validator__.validate_python
     branch.own.extend(
-        m.model_copy(update={"sequence": start + i, "turn_id": m.turn_id or turn_id})
+        validate({**m.__dict__, "sequence": start + i, "turn_id": m.turn_id or turn_id})
         for i, m in enumerate(messages)
     )
 

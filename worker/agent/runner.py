@@ -12,6 +12,7 @@ A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from shared.bus import TurnEmitter
@@ -125,6 +126,7 @@ class AgentRunner:
                 attempt=emitter.attempt,
                 final_text=result.text,
                 error=result.error.code if result.error is not None else None,
+                created_at=time.time(),
             )
             await self.store.commit_turn(
                 session_id, [user, *produced], record, fence=fence, branch_id=branch
@@ -161,6 +163,7 @@ class AgentRunner:
             attempt=emitter.attempt,
             final_text=INTERRUPTED_MESSAGE,
             error="interrupted",
+            created_at=time.time(),
         )
         produced = [m.model_copy(update={"turn_id": turn_id}) for m in steps]
         await self.store.commit_turn(session_id, [user, *produced, marker], record, fence=fence)
