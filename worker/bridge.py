@@ -24,6 +24,7 @@ from shared.sessions import SessionQueue
 from shared.settings import Settings
 from shared.state import StateStore, open_store
 from worker.agent.llm import LLMClient
+from worker.agent.llm.pool import LLMClientPool, clients_for
 from worker.agent.mcp import MCPManager
 from worker.agent.runner import AgentRunner
 from worker.control import listen_for_control, reap_forever
@@ -100,7 +101,8 @@ class Bridge:
         for name, agent in self.agents.items():
             key = (agent.base_url, agent.api_key)
             if key not in shared_llms:
-                shared_llms[key] = agent.build_llm()
+                shards = clients_for(s.concurrency)
+                shared_llms[key] = LLMClientPool([agent.build_llm() for _ in range(shards)])
             loop = observed_agent(agent, observer).build_loop(shared_llms[key], registries[name])
             runners[name] = AgentRunner(loop, self.store, name)
             if observer.active:

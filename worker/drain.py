@@ -99,6 +99,7 @@ class Drainer:
         self.running: dict[str, _Running] = {}
         self._background: set[asyncio.Future[int]] = set()
         self._fenced: dict[str, int] = {}
+        self._current: dict[str, str] = {}  # session -> the turn it runs here
 
     @property
     def in_flight(self) -> int:
@@ -252,6 +253,7 @@ class Drainer:
         )
         started = time.monotonic()
         self.running[turn.turn_id] = entry
+        self._current[sid] = turn.turn_id
         try:
             work = runner.run_turn(
                 session_id=sid,
@@ -265,6 +267,7 @@ class Drainer:
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
         finally:
             self.running.pop(turn.turn_id, None)
+            self._current.pop(sid, None)
         await self.queue.finish(sid, turn.turn_id, final.status)
         duration = time.monotonic() - started
         log.info(
@@ -311,13 +314,14 @@ class Drainer:
                     await task
 
     async def _poll_cancel_flags(self, sid: str) -> None:
-        """The fallback for a missed control notice: read the flags of our turns."""
-        for turn_id, entry in list(self.running.items()):
-            if entry.session_id == sid and not entry.cancel.is_set():
-                mode = await self.queue.cancel_mode(sid, turn_id)
-                if mode is not None:
-                    entry.mode = mode
-                    entry.cancel.set()
+        """The fallback for a missed control notice: read the flag of our turn."""
+        turn_id = self._current.get(sid)
+        entry = self.running.get(turn_id) if turn_id is not None else None
+        if entry is not None and not entry.cancel.is_set():
+            mode = await self.queue.cancel_mode(sid, turn_id or "")
+            if mode is not None:
+                entry.mode = mode
+                entry.cancel.set()
 
     async def _run_evictable(
         self, sid: str, turn_id: str, work: Awaitable[FinalEvent], entry: _Running
