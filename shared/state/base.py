@@ -231,3 +231,11 @@ def stale(session_id: str, stored: int, fence: int) -> StaleLeaseError:
         fence=fence,
         newest=stored,
     )
+
+
+def check_record(session_id: str, record: TurnRecord) -> None:
+    """Refuse a turn record that belongs to another session than the one committed to."""
+    if record.session_id != session_id:
+        raise ValueError(
+            f"turn {record.turn_id} belongs to session {record.session_id!r}, not {session_id!r}"
+        )

@@ -16,6 +16,7 @@ from shared.state.base import (
     TurnRecord,
     check_branch_id,
     check_fork_point,
+    check_record,
     new_branch_id,
     stale,
     view_ranges,
@@ -273,11 +274,7 @@ class MemoryStateStore:
 
         Messages without a ``turn_id`` get the record's.
         """
-        if record.session_id != session_id:
-            raise ValueError(
-                f"turn {record.turn_id} belongs to session {record.session_id!r}, "
-                f"not {session_id!r}"
-            )
+        check_record(session_id, record)
         session = self._require(session_id)
         if fence is not None and session.fence > fence:
             raise stale(session_id, session.fence, fence)

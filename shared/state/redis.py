@@ -38,6 +38,7 @@ from shared.state.base import (
     TurnRecord,
     check_branch_id,
     check_fork_point,
+    check_record,
     new_branch_id,
     stale,
 )
@@ -212,11 +213,7 @@ class RedisStateStore:
 
         Messages without a ``turn_id`` get the record's.
         """
-        if record.session_id != session_id:
-            raise ValueError(
-                f"turn {record.turn_id} belongs to session {record.session_id!r}, "
-                f"not {session_id!r}"
-            )
+        check_record(session_id, record)
         if not record.created_at:
             record = record.model_copy(update={"created_at": time.time()})
         # The index first: a crash between the two leaves a pointer to nothing

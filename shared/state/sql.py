@@ -39,6 +39,7 @@ from shared.state.base import (
     TurnRecord,
     check_branch_id,
     check_fork_point,
+    check_record,
     new_branch_id,
     stale,
 )
@@ -373,11 +374,7 @@ class SqlStateStore:
 
         Messages without a ``turn_id`` get the record's.
         """
-        if record.session_id != session_id:
-            raise ValueError(
-                f"turn {record.turn_id} belongs to session {record.session_id!r}, "
-                f"not {session_id!r}"
-            )
+        check_record(session_id, record)
         values = {
             "session_id": session_id,
             "status": record.status.value,
