@@ -22,6 +22,7 @@ from shared.messages import ChatMessage
 from shared.state.base import StateStore, TurnRecord
 from shared.turns import TurnStatus
 from worker.agent.cancel import CancelHandle, CancelSignal
+from worker.agent.history import repair
 from worker.agent.loop import AgentLoop
 from worker.agent.tools import ToolContext
 
@@ -94,7 +95,7 @@ class AgentRunner:
             # The turn runs on the branch active when it starts, even if another
             # branch is switched to while it runs.
             branch = info.active_branch
-            history = await self.store.get_messages(session_id, branch)
+            history = repair(await self.store.get_messages(session_id, branch))
             context = ToolContext(session_id=session_id, turn_id=turn_id, attempt=emitter.attempt)
             result = await self.loop.run([*history, user], emitter, context=context, cancel=cancel)
             if result.status is TurnStatus.CANCELLED:
