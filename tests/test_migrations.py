@@ -4,6 +4,7 @@ version, one made before migrations existed, and one newer than this code."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,3 +163,40 @@ async def test_a_newer_schema_is_refused_with_a_clear_message(empty_url: str) ->
     assert info.value.details["revision"] == "9999"
     with pytest.raises(SchemaVersionError, match="newer"):
         await upgrade(empty_url)
+
+
+def test_a_worker_refuses_a_schema_newer_than_it_knows(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    import sqlite3
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    db = tmp_path / "state.db"
+    url = f"sqlite+aiosqlite:///{db}"
+    asyncio.run(_open_and_close(url))  # the embedded default upgrades itself to head
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE reactq_schema_version SET version_num = '9999_from_the_future'")
+    env = {
+        **os.environ,
+        "REACTQ_DATABASE_URL": url,
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": f"{namespace}-schema",
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        "OPENAI_API_KEY": "unused",
+    }
+    worker = subprocess.run(
+        [sys.executable, "-m", "producer.cli", "worker", "--agents", "tests.pool_agents:agent"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert worker.returncode != 0
+    assert "newer than this reactq knows" in worker.stdout + worker.stderr
+
+
+async def _open_and_close(url: str) -> None:
+    from shared.state import open_store
+
+    store = await open_store(url)
+    await store.close()
