@@ -14,13 +14,19 @@ from worker.agent.llm.scripted_server import Reply, ScriptedServer
 
 
 class ListBus:
-    """The smallest event sink: remembers what was published; calls ``on_event``."""
+    """The smallest event sink: remembers what was published; calls ``on_event``;
+    with ``fail``, refuses every event as a dead bus would."""
 
-    def __init__(self, on_event: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self, on_event: Callable[[Any], None] | None = None, *, fail: bool = False
+    ) -> None:
         self.events: list[BaseEvent] = []
         self.on_event = on_event
+        self.fail = fail
 
     async def publish(self, event: Any) -> Any:
+        if self.fail:
+            raise ConnectionError("bus down")
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)

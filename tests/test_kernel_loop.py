@@ -4,81 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from shared.bus import TurnEmitter
 from shared.errors import LLMServerError
-from shared.events import BaseEvent
 from shared.messages import ChatMessage, ToolCall
 from shared.turns import TurnStatus
+from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
 from worker.agent import (
     AgentLoop,
     LLMResponse,
-    OpenAICompatibleClient,
     Registry,
     ScriptedLLM,
     ToolContext,
     tool,
 )
-from worker.agent.llm.scripted_server import Reply, ScriptedServer
+from worker.agent.llm.scripted_server import Reply
 from worker.agent.loop import format_tool_result
-
-
-class ListBus:
-    """The smallest event sink: remembers what was published."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.events: list[BaseEvent] = []
-        self.fail = fail
-
-    async def publish(self, event: Any) -> Any:
-        if self.fail:
-            raise ConnectionError("bus down")
-        self.events.append(event)
-        return event
-
-    def types(self) -> list[str]:
-        return [e.type for e in self.events]  # type: ignore[attr-defined]
-
-    def of(self, kind: str) -> list[Any]:
-        return [e for e in self.events if e.type == kind]  # type: ignore[attr-defined]
-
-
-def emitter_for(bus: ListBus, turn_id: str = "t1") -> TurnEmitter:
-    return TurnEmitter(bus, "s1", turn_id, attempt=1)  # type: ignore[arg-type]
-
-
-def scripted(*replies: Reply) -> Callable[[dict[str, Any]], Reply]:
-    """A handler answering with ``replies`` in order (a 500 once they run out)."""
-    queue = list(replies)
-
-    def handler(request: dict[str, Any]) -> Reply:
-        return queue.pop(0) if queue else Reply.error(500, "script exhausted")
-
-    return handler
-
-
-@asynccontextmanager
-async def endpoint(
-    handler: Callable[[dict[str, Any]], Reply], max_retries: int = 0
-) -> AsyncIterator[tuple[ScriptedServer, OpenAICompatibleClient]]:
-    async with ScriptedServer(handler) as server:
-        client = OpenAICompatibleClient(
-            base_url=server.base_url, api_key="sk-test", max_retries=max_retries, timeout=10
-        )
-        try:
-            yield server, client
-        finally:
-            await client.aclose()
-
-
-def user(text: str) -> ChatMessage:
-    return ChatMessage(role="user", content=text, turn_id="t1")
-
 
 seen_contexts: list[ToolContext] = []
 
