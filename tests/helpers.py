@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +138,33 @@ def sleepy_lookup(request: Mapping[str, Any]) -> Reply:
 def worker_pid(worker_name: str) -> int:
     """The pid in a worker name (``reactq-<pid>@host``)."""
     return int(worker_name.removeprefix("reactq-").partition("@")[0])
+
+
+@contextmanager
+def running_pool(
+    redis_url: str,
+    namespace: str,
+    tmp: Path,
+    handler: Callable[[Mapping[str, Any]], Reply],
+    workers: int = 1,
+) -> Iterator[dict[str, str]]:
+    """A scripted model and ``workers`` real workers on SQLite in ``tmp``; yields
+    the environment a producer (or the CLI) needs to reach them."""
+    from worker.agent.llm.scripted_server import ScriptedServer
+
+    server = ScriptedServer(handler).start_in_thread()
+    env = {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": namespace,
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    pool = WorkerPool(env, tmp)
+    try:
+        pool.start(workers)
+        pool.wait_ready(redis_url, namespace, workers)
+        yield env
+    finally:
+        pool.stop()
+        server.stop()

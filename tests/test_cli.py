@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, WorkerPool, lookup_then_answer
-from worker.agent.llm.scripted_server import ScriptedServer
+from tests.helpers import ROOT, lookup_then_answer, running_pool
 
 pytestmark = pytest.mark.e2e
 REACTQ = str(Path(sys.executable).parent / "reactq")
@@ -23,23 +22,9 @@ REACTQ = str(Path(sys.executable).parent / "reactq")
 def cli_env(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
-    server = ScriptedServer(lookup_then_answer).start_in_thread()
     tmp = tmp_path_factory.mktemp("cli")
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-cli",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    pool = WorkerPool(env, tmp)
-    pool.start(1)
-    try:
-        pool.wait_ready(redis_url, env["REACTQ_NAMESPACE"], 1)
+    with running_pool(redis_url, f"{namespace}-cli", tmp, lookup_then_answer) as env:
         yield {**os.environ, **env}
-    finally:
-        pool.stop()
-        server.stop()
 
 
 def reactq(

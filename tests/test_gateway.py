@@ -30,8 +30,7 @@ from tests.gateway_support import (
     slow_lookup,
     start_gateway,
 )
-from tests.helpers import ROOT, WorkerPool
-from worker.agent.llm.scripted_server import ScriptedServer
+from tests.helpers import ROOT, running_pool
 
 pytestmark = pytest.mark.e2e
 KEY = "gw-test-key-1"
@@ -41,23 +40,9 @@ KEY = "gw-test-key-1"
 def pool_env(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
-    server = ScriptedServer(slow_lookup).start_in_thread()
     tmp = tmp_path_factory.mktemp("gateway")
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-gw",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    pool = WorkerPool(env, tmp)
-    pool.start(1)
-    try:
-        pool.wait_ready(redis_url, env["REACTQ_NAMESPACE"], 1)
+    with running_pool(redis_url, f"{namespace}-gw", tmp, slow_lookup) as env:
         yield {**env, "REACTQ_TMP": str(tmp)}
-    finally:
-        pool.stop()
-        server.stop()
 
 
 @pytest.fixture(scope="module")
