@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
 from shared.bus import RedisEventBus
 from shared.errors import (
@@ -26,6 +26,7 @@ from shared.errors import (
 from shared.events import Event, FinalEvent, QueuedEvent
 from shared.keys import Keys
 from shared.messages import ChatMessage
+from shared.redis_client import connect
 from shared.sessions import SessionQueue
 from shared.settings import Settings
 from shared.state import BranchInfo, StateStore, open_store
@@ -103,11 +104,7 @@ class Producer:
         self.keys = Keys(self.settings.namespace)
         self._owns_redis = redis is None
         # Each live subscriber blocks on a connection: wait for one rather than fail.
-        self.redis = redis or Redis.from_pool(
-            BlockingConnectionPool.from_url(
-                self.settings.redis_url, max_connections=512, timeout=30
-            )
-        )
+        self.redis = redis or connect(self.settings.redis_url, 512, blocking=True)
         self.bus = RedisEventBus(
             self.redis,
             self.keys,

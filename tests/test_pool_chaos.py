@@ -32,7 +32,8 @@ SESSIONS, TURNS_PER_SESSION, WORKERS = 20, 10, 3
 def chaos_pool(
     redis_url: str, namespace: str, postgres_url: str, tmp_path: Path
 ) -> Iterator[tuple[WorkerPool, dict[str, str]]]:
-    server = ScriptedServer(lookup_then_answer, latency=0.1).start_in_thread()
+    # Turns long enough (2 x 0.4 s of model time) that kills land mid-turn.
+    server = ScriptedServer(lookup_then_answer, latency=0.4).start_in_thread()
     env = {
         "REACTQ_REDIS_URL": redis_url,
         "REACTQ_NAMESPACE": f"{namespace}-chaos",
@@ -41,7 +42,7 @@ def chaos_pool(
         "OPENAI_API_KEY": "test-key",
         "REACTQ_LEASE_TTL_SECONDS": "1.5",
         "REACTQ_REAPER_INTERVAL_SECONDS": "0.3",
-        # Kills come every two seconds: give unlucky turns room to finish.
+        # A kill every 1.5 s: give unlucky turns room to finish.
         "REACTQ_MAX_ATTEMPTS": "20",
     }
     pool = WorkerPool(env, tmp_path, concurrency=32)
@@ -82,7 +83,7 @@ async def test_sigkill_chaos_loses_and_doubles_nothing(
     sessions = [f"chaos-{run}-{i}" for i in range(SESSIONS)]
     async with Producer(Settings.from_env(env)) as producer:
         stop = asyncio.Event()
-        killer = asyncio.create_task(_killer(pool, stop, period=2.0))
+        killer = asyncio.create_task(_killer(pool, stop, period=1.5))
         started = time.monotonic()
         handles = []
         for turn in range(TURNS_PER_SESSION):

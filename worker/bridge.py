@@ -20,6 +20,7 @@ from shared.bus import EventBus, RedisEventBus
 from shared.keys import Keys
 from shared.locks import SessionLock
 from shared.metrics import WorkerMetrics
+from shared.redis_client import connect
 from shared.sessions import SessionQueue
 from shared.settings import Settings
 from shared.state import StateStore, open_store
@@ -72,7 +73,7 @@ class Bridge:
         s = self.settings
         # Every in-flight turn may hold a connection briefly (publish, renew), and
         # subscribers block on one: size the pool to the concurrency.
-        self.redis = Redis.from_url(s.redis_url, max_connections=s.concurrency * 2 + 16)
+        self.redis = connect(s.redis_url, max_connections=s.concurrency * 2 + 16)
         keys = Keys(s.namespace)
         bus = RedisEventBus(
             self.redis, keys, maxlen=s.event_maxlen, ttl_seconds=s.event_ttl_seconds
