@@ -33,13 +33,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import redis as redis_sync
 from redis.asyncio import BlockingConnectionPool, Redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from producer import Producer  # noqa: E402
+from shared.redis_client import forget_namespace  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 from tests.helpers import WorkerPool, lookup_then_answer, worker_pid  # noqa: E402
 from worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
@@ -89,14 +89,7 @@ class Bench:
 
     def close(self) -> None:
         self.server.stop()
-        client = redis_sync.Redis.from_url(self.args.redis_url)
-        try:
-            for pattern in (f"{self.namespace}*", f"_kombu.binding.{self.namespace}*"):
-                keys = list(client.scan_iter(match=pattern, count=1000))
-                if keys:
-                    client.delete(*keys)
-        finally:
-            client.close()
+        forget_namespace(self.args.redis_url, self.namespace)
 
     def producer(self, connections: int) -> Producer:
         # One blocking stream read per followed turn: size the pool to follow them all.

@@ -31,3 +31,37 @@ def connect(url: str, max_connections: int, *, blocking: bool = False) -> Redis:
         )
         return Redis.from_pool(pool)
     return Redis.from_url(url, max_connections=max_connections, **resilient_options())
+
+
+def forget_namespace(url: str, namespace: str) -> int:
+    """Delete every Redis key of a namespace, Celery's queue bindings for it, and
+    its messages left unacknowledged in kombu's shared ``unacked`` hash (kombu
+    would otherwise put them back on their queues hours later). For throwaway
+    namespaces: a demo's, a benchmark's, a test run's. Returns the keys removed."""
+    import json
+
+    import redis as redis_sync
+
+    client = redis_sync.Redis.from_url(url)
+    removed = 0
+    try:
+        patterns = (
+            f"{namespace}*",
+            f"_kombu.binding.{namespace}*",
+            f"_kombu.binding_permanent.{namespace}*",
+        )
+        for pattern in patterns:
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            if keys:
+                removed += int(client.delete(*keys))
+        for tag, raw in client.hscan_iter("unacked", count=1000):
+            try:
+                routing_key = json.loads(raw)[2]
+            except (ValueError, IndexError, TypeError):
+                continue
+            if isinstance(routing_key, str) and routing_key.startswith(namespace):
+                client.hdel("unacked", tag)
+                client.zrem("unacked_index", tag)
+    finally:
+        client.close()
+    return removed

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_sync
 
+from shared.redis_client import forget_namespace
+
 REQUIRE = os.environ.get("REACTQ_REQUIRE_SERVICES") == "1"
 
 
@@ -94,15 +96,9 @@ def namespace(redis_url: str) -> Iterator[str]:
     """A Redis key namespace of this test run; its keys are deleted at the end."""
     ns = f"rqt{uuid.uuid4().hex[:10]}"
     yield ns
-    client = redis_sync.Redis.from_url(redis_url)
-    try:
-        # Sub-namespaces (``<ns>-pg`` ...) and Celery's queues and bindings too.
-        for pattern in (f"{ns}*", f"_kombu.binding.{ns}*"):
-            batch = list(client.scan_iter(match=pattern, count=1000))
-            if batch:
-                client.delete(*batch)
-    finally:
-        client.close()
+    # Sub-namespaces (``<ns>-pg`` ...), Celery's queues and bindings, and the
+    # messages killed workers left unacknowledged.
+    forget_namespace(redis_url, ns)
 
 
 @pytest.fixture(scope="session")

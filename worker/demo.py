@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 
 from producer.client import Producer
 from producer.render import render
+from shared.redis_client import forget_namespace
 from shared.settings import Settings
 from worker.definitions import Agent
 
@@ -163,7 +164,7 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
                 w.wait(30)
             except subprocess.TimeoutExpired:
                 w.kill()
-        _forget_namespace(settings.redis_url, namespace)
+        forget_namespace(settings.redis_url, namespace)  # the demo leaves Redis as it was
 
 
 async def _watch(producer: Producer, sid: str, per_worker: Counter[str]) -> None:
@@ -178,15 +179,3 @@ async def _watch(producer: Producer, sid: str, per_worker: Counter[str]) -> None
 def _stream_position(event_id: str) -> tuple[int, int]:
     ms, _, n = event_id.partition("-")
     return int(ms), int(n or 0)
-
-
-def _forget_namespace(url: str, namespace: str) -> None:
-    """The demo's keys are throwaway: delete them so the demo leaves Redis as it was."""
-    client = SyncRedis.from_url(url)
-    try:
-        for pattern in (f"{namespace}:*", f"{namespace}.*", f"_kombu.binding.{namespace}.*"):
-            keys = list(client.scan_iter(match=pattern, count=1000))
-            if keys:
-                client.delete(*keys)
-    finally:
-        client.close()
