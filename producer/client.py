@@ -24,7 +24,7 @@ from shared.errors import (
     UnknownAgentError,
 )
 from shared.events import Event, FinalEvent, QueuedEvent
-from shared.keys import Keys
+from shared.keys import DRAIN_TASK, Keys
 from shared.messages import ChatMessage
 from shared.redis_client import connect
 from shared.sessions import SessionQueue
@@ -37,8 +37,6 @@ from shared.turns import (
     validate_message,
     validate_session_id,
 )
-
-DRAIN_TASK = "reactq.drain"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DRAIN_TASK = "reactq.drain"
+"""The Celery task a producer sends and a worker runs: ``reactq.drain(session_id)``."""
+
 
 @dataclass(frozen=True)
 class Keys:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from shared.errors import ConfigError
+from shared.keys import Keys
 
 __all__ = ["QueueDepthCollector", "WorkerMetrics", "new_registry"]
 
@@ -77,7 +78,7 @@ class QueueDepthCollector:
         try:
             with Connection(self.broker_url, connect_timeout=2) as connection:
                 for agent in sorted(set(self.agents())):
-                    queue = f"{self.namespace}.{agent}"
+                    queue = Keys(self.namespace).queue(agent)
                     family.add_metric([agent], self._depth(connection, queue))
         except Exception as exc:
             log.warning("queue depth unavailable: %s", exc.__class__.__name__)

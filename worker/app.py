@@ -6,8 +6,6 @@ from celery import Celery
 
 from shared.settings import Settings
 
-DRAIN_TASK = "reactq.drain"
-
 # Above the longest turn: a Redis-broker message unacked for this long is
 # redelivered, so it must never fire for a turn that is merely slow. Lost turns
 # are recovered much sooner by the lease reaper.

@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 from celery import Celery, Task
 from celery.signals import worker_shutting_down
 
+from shared.keys import DRAIN_TASK, Keys
 from shared.logs import log_context
 from shared.settings import Settings
-from worker.app import DRAIN_TASK, create_app
+from worker.app import create_app
 from worker.bridge import Bridge
 from worker.definitions import Agent
 
@@ -96,13 +97,14 @@ def run_worker(
     concurrency = concurrency or settings.concurrency
     settings = settings.model_copy(update={"concurrency": concurrency})
     name = hostname or f"reactq-{os.getpid()}@{socket.gethostname()}"
+    keys = Keys(settings.namespace)
     app = create_app(settings)
     bind_tasks(app)
     _bridge = Bridge(settings, agents, name)
 
     async def redispatch(session_id: str, agent: str) -> None:
         await asyncio.to_thread(
-            app.send_task, DRAIN_TASK, args=[session_id], queue=f"{settings.namespace}.{agent}"
+            app.send_task, DRAIN_TASK, args=[session_id], queue=keys.queue(agent)
         )
 
     _bridge.start()
@@ -114,7 +116,7 @@ def run_worker(
             _bridge.begin_shutdown()
 
     worker_shutting_down.connect(on_shutdown, weak=False)
-    queues = ",".join(f"{settings.namespace}.{a}" for a in sorted(agents))
+    queues = ",".join(keys.queue(a) for a in sorted(agents))
     try:
         app.worker_main(
             [
