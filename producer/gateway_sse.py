@@ -16,14 +16,11 @@ from redis.asyncio import Redis
 from producer.gateway_fanout import Fanout, Frame, Listener
 from shared.bus import stream_id_gt
 from shared.keys import Keys
+from shared.redis_client import text
 
 RETRY_MS = 1000
 REPLAY_BATCH = 500
 KEEPALIVE = b": keep-alive\n\n"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def replay(
@@ -38,13 +35,13 @@ async def replay(
     )
     frames = []
     for raw_id, fields in entries:
-        after = _text(raw_id)
+        after = text(raw_id)
         payload = fields.get(b"e", fields.get("e"))
         if payload is None:
             continue
-        body = _text(payload)
+        body = text(payload)
         # The same splice the publish script makes, so replayed and live bytes match.
-        frame = Frame.parse('{"id":"' + _text(raw_id) + '",' + body[1:])
+        frame = Frame.parse('{"id":"' + text(raw_id) + '",' + body[1:])
         if frame is not None:
             frames.append(frame)
     return frames, after, len(entries) == count
@@ -53,7 +50,7 @@ async def replay(
 async def last_id(redis: Redis, keys: Keys, session_id: str) -> str:
     """The newest stored event's id, or ``0-0``."""
     newest: list[Any] = await redis.xrevrange(keys.events(session_id), "+", "-", count=1) or []
-    return _text(newest[0][0]) if newest else "0-0"
+    return text(newest[0][0]) if newest else "0-0"
 
 
 async def event_stream(

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from producer.gateway_models import Readiness, TurnInfo
 from shared.events import FinalEvent, parse_event
+from shared.redis_client import text
 
 if TYPE_CHECKING:
     from producer.client import Producer
@@ -16,10 +17,6 @@ if TYPE_CHECKING:
 
 SCAN_BATCH = 500
 CHECK_TIMEOUT = 3.0
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def find_turn(producer: Producer, turn_id: str) -> TurnInfo | None:
@@ -40,14 +37,14 @@ async def find_turn(producer: Producer, turn_id: str) -> TurnInfo | None:
         entries: list[Any] = await producer.redis.xrevrange(key, upper, "-", count=SCAN_BATCH) or []
         done = len(entries) < SCAN_BATCH
         for raw_id, fields in entries:
-            upper = "(" + _text(raw_id)
+            upper = "(" + text(raw_id)
             payload = fields.get(b"e", fields.get("e"))
             # A cheap test before parsing: most events of a busy session are other turns'.
             if payload is None or turn_id.encode() not in (
                 payload if isinstance(payload, bytes) else payload.encode()
             ):
                 continue
-            event = parse_event(payload, event_id=_text(raw_id))
+            event = parse_event(payload, event_id=text(raw_id))
             if event.turn_id != turn_id:
                 continue
             if event.type == "started":

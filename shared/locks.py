@@ -17,20 +17,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shared.keys import Keys
+from shared.redis_client import NOW_MS_LUA, text
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-# Deadlines come from the server's clock (TIME) so that workers with skewed
-# clocks agree on which leases have expired.
-_NOW_MS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
 # KEYS: lease, fence, deadlines; ARGV: ttl_ms, owner, session_id
 _ACQUIRE = (
-    _NOW_MS
+    NOW_MS_LUA
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local token = redis.call('INCR', KEYS[2])
@@ -44,7 +38,7 @@ return token
 # A lease that expired while nobody else took it (the fence counter still equals
 # our token) is taken back: no newer holder exists, so nothing is unsafe.
 _RENEW = (
-    _NOW_MS
+    NOW_MS_LUA
     + """
 local value = redis.call('GET', KEYS[1])
 if value then
@@ -70,7 +64,7 @@ return 1
 
 # KEYS: deadlines; ARGV: limit, now_ms ('' for the server's clock)
 _EXPIRED = (
-    _NOW_MS
+    NOW_MS_LUA
     + """
 if ARGV[2] ~= '' then now = tonumber(ARGV[2]) end
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -82,10 +76,6 @@ _FORGET = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return redis.call('ZREM', KEYS[2], ARGV[1])
 """
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class SessionLock:
@@ -148,7 +138,7 @@ class SessionLock:
         value = await self.redis.get(self.keys.lease(session_id))
         if value is None:
             return None
-        token, _, owner = _text(value).partition(":")
+        token, _, owner = text(value).partition(":")
         return int(token), owner
 
     async def expired(self, now_ms: int | None = None, limit: int = 100) -> list[str]:
@@ -157,7 +147,7 @@ class SessionLock:
             keys=[self.keys.lease_deadlines],
             args=[limit, "" if now_ms is None else int(now_ms)],
         )
-        return [_text(session_id) for session_id in found]
+        return [text(session_id) for session_id in found]
 
     async def forget(self, session_id: str) -> bool:
         """Drop the session's deadline if its lease is free (the reaper, once handled)."""

@@ -10,6 +10,18 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+NOW_MS_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+"""A Lua prelude setting ``now`` to the server's clock in ms, so that workers with
+skewed clocks agree on deadlines."""
+
+
+def text(value: Any) -> str:
+    """A Redis reply (bytes or str) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
 
 def resilient_options() -> dict[str, Any]:
     """Client options: a command whose connection broke (Redis restarted, a pooled

@@ -26,12 +26,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from shared.keys import Keys
+from shared.redis_client import NOW_MS_LUA, text
 from shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
-
-_NOW_MS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
 
 # Split "<attempt>|<lost>|<turn_id>|<payload>".
 _PARSE_RUNNING = """
@@ -46,7 +42,7 @@ end
 # ARGV: agent, payload, turn_id, strategy, ttl_s, session_id, grace_ms, cancel_ttl_s
 # Returns {status, detail, cancelled_running, cancelled_pending...}
 _SUBMIT = (
-    _NOW_MS
+    NOW_MS_LUA
     + _PARSE_RUNNING
     + """
 local meta, pending, running, turns, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -180,7 +176,7 @@ return 'unknown'
 # KEYS: deadlines; ARGV: limit, retry_ms. Sessions whose deadline passed, each
 # pushed one retry period on so one reaper (not all of them) re-dispatches it.
 _REAP = (
-    _NOW_MS
+    NOW_MS_LUA
     + """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, sid in ipairs(due) do
@@ -193,7 +189,7 @@ return due
 
 # KEYS: deadlines; ARGV: delay_ms, session_id. Never pushes an earlier deadline later.
 _WATCH = (
-    _NOW_MS
+    NOW_MS_LUA
     + """
 redis.call('ZADD', KEYS[1], 'LT', now + tonumber(ARGV[1]), ARGV[2])
 redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[1]), ARGV[2])
@@ -282,7 +278,7 @@ class SessionQueue:
                 self.cancel_ttl,
             ],
         )
-        status, detail, stopped, *dropped = (_text(x) for x in result)
+        status, detail, stopped, *dropped = (text(x) for x in result)
         if status != "agent_mismatch":
             await self.redis.set(k.turn_index(turn.turn_id), sid, ex=self.meta_ttl)
         return SubmitOutcome(status, detail, stopped, tuple(dropped))
@@ -295,7 +291,7 @@ class SessionQueue:
         )
         if not result:
             return None
-        return ClaimedTurn(int(result[0]), int(result[1]), _text(result[2]), _text(result[3]))
+        return ClaimedTurn(int(result[0]), int(result[1]), text(result[2]), text(result[3]))
 
     async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
         """Clear the running slot (if it still holds this turn) and record the status."""
@@ -322,7 +318,7 @@ class SessionQueue:
         """Cancel a turn: ``dequeued``, ``running`` (flag set), ``finished:<status>``
         or ``unknown``."""
         k = self.keys
-        return _text(
+        return text(
             await self._cancel(
                 keys=[
                     k.pending(session_id),
@@ -337,14 +333,14 @@ class SessionQueue:
     async def cancel_mode(self, session_id: str, turn_id: str) -> str | None:
         """``cancel``, ``interrupt`` or ``rollback`` if the turn was asked to stop."""
         value = await self.redis.get(self.keys.cancel_flag(session_id, turn_id))
-        return None if value is None else _text(value)
+        return None if value is None else text(value)
 
     async def reap(self, limit: int = 100, retry_seconds: float = 30.0) -> list[str]:
         """Sessions whose deadline passed (a dead holder or a lost drain task)."""
         due = await self._reap(
             keys=[self.keys.lease_deadlines], args=[limit, int(retry_seconds * 1000)]
         )
-        return [_text(s) for s in due]
+        return [text(s) for s in due]
 
     async def watch(self, session_id: str, delay_seconds: float = 0.0) -> None:
         """Put the session under the reaper's eye: due after ``delay_seconds`` unless a
@@ -355,11 +351,7 @@ class SessionQueue:
     async def session_agent(self, session_id: str) -> str | None:
         """The agent a session belongs to, if Redis remembers it."""
         value = await self.redis.hget(self.keys.meta(session_id), "agent")
-        return None if value is None else _text(value)
-
-    async def pending_count(self, session_id: str) -> int:
-        """How many turns wait behind the running one."""
-        return int(await self.redis.llen(self.keys.pending(session_id)))
+        return None if value is None else text(value)
 
     async def has_work(self, session_id: str) -> bool:
         """True when a turn is pending or left in the running slot."""
@@ -373,7 +365,7 @@ class SessionQueue:
     async def session_of(self, turn_id: str) -> str | None:
         """The session a recent turn belongs to, or None if unknown."""
         sid = await self.redis.get(self.keys.turn_index(turn_id))
-        return None if sid is None else _text(sid)
+        return None if sid is None else text(sid)
 
     async def turn_status(self, turn_id: str) -> tuple[str, TurnStatus] | None:
         """(session_id, status) of a recent turn, or None if unknown."""
@@ -383,7 +375,7 @@ class SessionQueue:
         raw = await self.redis.hget(self.keys.turns(session_id), turn_id)
         if raw is None:
             return None
-        return session_id, TurnStatus(_text(raw))
+        return session_id, TurnStatus(text(raw))
 
     async def register_agents(self, names: list[str], worker: str) -> None:
         """Announce that ``worker`` hosts these agents (producers check this)."""
@@ -401,7 +393,3 @@ class SessionQueue:
     async def agent_known(self, name: str) -> bool:
         """True if some worker has announced the agent."""
         return bool(await self.redis.hexists(self.keys.agents, name))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
