@@ -7,7 +7,7 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY worker ./worker
 COPY producer ./producer
-COPY examples ./examples
+COPY reactq ./reactq
 RUN pip wheel --wheel-dir /wheels '.[postgres,gateway,flower,metrics,otel]'
 
 # Runtime stage: the wheels only, run as an unprivileged user. No secret is baked
@@ -22,7 +22,7 @@ RUN pip install --no-index --find-links=/wheels 'reactq[postgres,gateway,flower,
     && rm -rf /wheels
 WORKDIR /app
 USER reactq
-# The example agent ships in the package (examples.weather:agent); mount your own
+# The demo agent ships in the package (reactq.demo.weather:agent); mount your own
 # agents and name them with REACTQ_AGENTS.
 EXPOSE 8000 5555 9000
 CMD ["reactq", "worker"]

@@ -22,13 +22,13 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared worker producer tests bench examples scripts
-	$(BIN)/ruff format --check shared worker producer tests bench examples scripts
+	$(BIN)/ruff check reactq shared worker producer tests bench examples scripts
+	$(BIN)/ruff format --check reactq shared worker producer tests bench examples scripts
 	$(BIN)/mypy
 
 # docs/configuration.md, generated from shared/settings.py (a test fails when it is stale).
 docs: $(STAMP)
-	$(BIN)/python -m shared.config_doc --write
+	$(BIN)/python -m reactq.shared.config_doc --write
 
 # docker-compose.yml's services as local processes (Redis and PostgreSQL on 127.0.0.1), then a turn.
 compose-local: $(STAMP)

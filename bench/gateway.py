@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from redis.asyncio import BlockingConnectionPool, Redis  # noqa: E402
 
-from shared.bus import RedisEventBus  # noqa: E402
-from shared.events import (  # noqa: E402
+from reactq.shared.bus import RedisEventBus  # noqa: E402
+from reactq.shared.events import (  # noqa: E402
     ActionEvent,
     BaseEvent,
     FinalEvent,
@@ -40,8 +40,8 @@ from shared.events import (  # noqa: E402
     StartedEvent,
     ThoughtEvent,
 )
-from shared.keys import Keys  # noqa: E402
-from shared.turns import TurnStatus  # noqa: E402
+from reactq.shared.keys import Keys  # noqa: E402
+from reactq.shared.turns import TurnStatus  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

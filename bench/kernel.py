@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.peers.common import FINAL_TEXT, count_tool_messages, step_for  # noqa: E402
-from worker.agent.llm.replies import Reply  # noqa: E402
-from worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
+from reactq.worker.agent.llm.replies import Reply  # noqa: E402
+from reactq.worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
 
 VENVS = ROOT / ".reactq" / "bench-venvs"
 PY312 = "/root/.pyenv/versions/3.12.1/bin/python"

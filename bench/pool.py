@@ -38,11 +38,11 @@ from redis.asyncio import BlockingConnectionPool, Redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from producer import Producer  # noqa: E402
-from shared.redis_client import forget_namespace  # noqa: E402
-from shared.settings import Settings  # noqa: E402
+from reactq.producer import Producer  # noqa: E402
+from reactq.shared.redis_client import forget_namespace  # noqa: E402
+from reactq.shared.settings import Settings  # noqa: E402
+from reactq.worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
 from tests.helpers import WorkerPool, lookup_then_answer, worker_pid  # noqa: E402
-from worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:

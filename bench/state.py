@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shared.messages import ChatMessage, ToolCall
-from shared.state import StateStore, TurnRecord, open_store
-from shared.turns import TurnStatus
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state import StateStore, TurnRecord, open_store
+from reactq.shared.turns import TurnStatus
 
 PG = os.environ.get("REACTQ_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("REACTQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -1,5 +1,5 @@
 """Put turns in, get events out: the Producer and the ``reactq`` command."""
 
-from producer.client import Producer, TurnHandle
+from reactq.producer.client import Producer, TurnHandle
 
 __all__ = ["Producer", "TurnHandle"]

@@ -42,7 +42,7 @@ def add_state_commands(sub: Any) -> None:
 
 
 async def _fork(args: argparse.Namespace) -> int:
-    from producer.client import Producer
+    from reactq.producer.client import Producer
 
     async with Producer.from_env() as producer:
         branch = await producer.fork(
@@ -57,7 +57,7 @@ async def _fork(args: argparse.Namespace) -> int:
 
 
 async def _branches(args: argparse.Namespace) -> int:
-    from producer.client import Producer
+    from reactq.producer.client import Producer
 
     async with Producer.from_env() as producer:
         branches = await producer.branches(args.session)
@@ -74,7 +74,7 @@ async def _branches(args: argparse.Namespace) -> int:
 
 
 async def _switch(args: argparse.Namespace) -> int:
-    from producer.client import Producer
+    from reactq.producer.client import Producer
 
     async with Producer.from_env() as producer:
         await producer.switch_branch(args.session, args.branch)
@@ -83,8 +83,8 @@ async def _switch(args: argparse.Namespace) -> int:
 
 
 async def _audit(args: argparse.Namespace) -> int:
-    from producer.client import Producer
-    from producer.render import render
+    from reactq.producer.client import Producer
+    from reactq.producer.render import render
 
     async with Producer.from_env() as producer:
         events = await producer.turn_events(args.turn_id)
@@ -99,8 +99,8 @@ async def _audit(args: argparse.Namespace) -> int:
 
 
 async def _db(args: argparse.Namespace) -> int:
-    from shared.settings import Settings
-    from shared.state.migrate import upgrade
+    from reactq.shared.settings import Settings
+    from reactq.shared.state.migrate import upgrade
 
     revision = await upgrade(Settings.from_env().database_url, args.revision)
     print(f"database schema at revision {revision}")

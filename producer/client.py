@@ -15,22 +15,22 @@ from typing import Any
 from celery import Celery
 from redis.asyncio import Redis
 
-from shared.bus import RedisEventBus
-from shared.errors import (
+from reactq.shared.bus import RedisEventBus
+from reactq.shared.errors import (
     AgentMismatchError,
     ConfigError,
     InvalidTurnError,
     TurnRejectedError,
     UnknownAgentError,
 )
-from shared.events import Event, FinalEvent, QueuedEvent
-from shared.keys import DRAIN_TASK, Keys
-from shared.messages import ChatMessage
-from shared.redis_client import connect
-from shared.sessions import SessionQueue
-from shared.settings import Settings
-from shared.state import BranchInfo, StateStore, open_store
-from shared.turns import (
+from reactq.shared.events import Event, FinalEvent, QueuedEvent
+from reactq.shared.keys import DRAIN_TASK, Keys
+from reactq.shared.messages import ChatMessage
+from reactq.shared.redis_client import connect
+from reactq.shared.sessions import SessionQueue
+from reactq.shared.settings import Settings
+from reactq.shared.state import BranchInfo, StateStore, open_store
+from reactq.shared.turns import (
     MultitaskStrategy,
     TurnRequest,
     TurnStatus,
@@ -149,7 +149,7 @@ class Producer:
                 task_ignore_result=True,
             )
             if self.settings.tracing:
-                from shared.tracing import instrument_publishing
+                from reactq.shared.tracing import instrument_publishing
 
                 instrument_publishing()  # the trace rides in the message headers
             self._celery = app
@@ -332,7 +332,7 @@ class Producer:
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every event of a turn (all attempts) from the audit log, long after its Redis
         stream expired. Needs a SQL state store (the audit log lives beside it)."""
-        from shared.audit import audit_sink_for
+        from reactq.shared.audit import audit_sink_for
 
         sink = audit_sink_for(await self.store())
         if sink is None:

@@ -13,8 +13,8 @@ import ipaddress
 import os
 import sys
 
-from shared.errors import ConfigError
-from shared.settings import Settings
+from reactq.shared.errors import ConfigError
+from reactq.shared.settings import Settings
 
 __all__ = ["flower_app_argv", "run_flower"]
 
@@ -40,7 +40,7 @@ def run_flower(address: str, port: int, *, url_prefix: str = "", insecure: bool 
     """Run Flower until interrupted; 2 when an unauthenticated public bind is refused."""
     from celery import Celery
 
-    from shared.logs import configure_logging
+    from reactq.shared.logs import configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings)

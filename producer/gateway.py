@@ -34,10 +34,10 @@ from redis.asyncio import Redis
 from starlette.background import BackgroundTask
 from starlette.middleware.cors import CORSMiddleware
 
-from producer.client import Producer
-from producer.gateway_errors import ERROR_RESPONSES, GatewayError, install_error_handlers
-from producer.gateway_fanout import Fanout
-from producer.gateway_models import (
+from reactq.producer.client import Producer
+from reactq.producer.gateway_errors import ERROR_RESPONSES, GatewayError, install_error_handlers
+from reactq.producer.gateway_fanout import Fanout
+from reactq.producer.gateway_models import (
     CancelAccepted,
     Health,
     Readiness,
@@ -45,13 +45,13 @@ from producer.gateway_models import (
     TurnCreate,
     TurnInfo,
 )
-from producer.gateway_security import ApiKeys, BodyLimit
-from producer.gateway_sse import event_stream
-from producer.gateway_turns import find_turn, readiness
-from producer.metrics import install_metrics
-from shared.messages import ChatMessage
-from shared.settings import Settings
-from shared.turns import SESSION_ID_RE, TurnStatus
+from reactq.producer.gateway_security import ApiKeys, BodyLimit
+from reactq.producer.gateway_sse import event_stream
+from reactq.producer.gateway_turns import find_turn, readiness
+from reactq.producer.metrics import install_metrics
+from reactq.shared.messages import ChatMessage
+from reactq.shared.settings import Settings
+from reactq.shared.turns import SESSION_ID_RE, TurnStatus
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from urllib.parse import quote
 
 import httpx2
 
-from producer.gateway_models import TurnAccepted
-from shared.errors import ReactqError
-from shared.events import Event, parse_event
+from reactq.producer.gateway_models import TurnAccepted
+from reactq.shared.errors import ReactqError
+from reactq.shared.events import Event, parse_event
 
 
 class GatewayRequestError(ReactqError):

@@ -16,8 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from producer.gateway_models import ErrorBody, FieldError
-from shared.errors import (
+from reactq.producer.gateway_models import ErrorBody, FieldError
+from reactq.shared.errors import (
     AgentMismatchError,
     EmptyMessageError,
     InvalidSessionIdError,

@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from shared.keys import Keys
+from reactq.shared.keys import Keys
 
 logger = logging.getLogger(__name__)
 

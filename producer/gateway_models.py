@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.events import FinalEvent
-from shared.turns import MultitaskStrategy, TurnStatus
+from reactq.shared.events import FinalEvent
+from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 AGENT_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from producer.gateway_security import ApiKeys, check_bind
-from shared.settings import Settings
+from reactq.producer.gateway_security import ApiKeys, check_bind
+from reactq.shared.settings import Settings
 
 
 def serve(host: str, port: int, *, insecure: bool = False, log_level: str = "info") -> int:
     """Run the gateway until interrupted; 2 when the bind is refused."""
     import uvicorn
 
-    from producer.gateway import create_app
+    from reactq.producer.gateway import create_app
 
     settings = Settings.from_env()
     keys = ApiKeys(settings.api_keys)

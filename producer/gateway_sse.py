@@ -13,10 +13,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from producer.gateway_fanout import Fanout, Frame, Listener
-from shared.bus import stream_id_gt
-from shared.keys import Keys
-from shared.redis_client import text
+from reactq.producer.gateway_fanout import Fanout, Frame, Listener
+from reactq.shared.bus import stream_id_gt
+from reactq.shared.keys import Keys
+from reactq.shared.redis_client import text
 
 RETRY_MS = 1000
 REPLAY_BATCH = 500

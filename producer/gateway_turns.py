@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse
 
-from producer.gateway_models import Readiness, TurnInfo
-from shared.events import FinalEvent, parse_event
-from shared.redis_client import text
+from reactq.producer.gateway_models import Readiness, TurnInfo
+from reactq.shared.events import FinalEvent, parse_event
+from reactq.shared.redis_client import text
 
 if TYPE_CHECKING:
-    from producer.client import Producer
-    from producer.gateway import Gateway
+    from reactq.producer.client import Producer
+    from reactq.producer.gateway import Gateway
 
 SCAN_BATCH = 500
 CHECK_TIMEOUT = 3.0

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from producer.gateway_errors import ERROR_RESPONSES
+from reactq.producer.gateway_errors import ERROR_RESPONSES
 
 __all__ = ["install_metrics"]
 
@@ -25,7 +25,7 @@ __all__ = ["install_metrics"]
 def _render(broker_url: str, namespace: str, agents: list[str], workers: int) -> tuple[bytes, str]:
     import prometheus_client
 
-    from shared.metrics import QueueDepthCollector, new_registry
+    from reactq.shared.metrics import QueueDepthCollector, new_registry
 
     registry = new_registry()
     registry.register(QueueDepthCollector(broker_url, namespace, lambda: agents))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared.events import Event
+from reactq.shared.events import Event
 
 
 def _short(value: Any, limit: int = 300) -> str:

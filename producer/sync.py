@@ -20,11 +20,11 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, TypeVar
 
-from producer.client import Producer, TurnHandle
-from shared.events import Event, FinalEvent
-from shared.messages import ChatMessage
-from shared.settings import Settings
-from shared.turns import MultitaskStrategy, TurnStatus
+from reactq.producer.client import Producer, TurnHandle
+from reactq.shared.events import Event, FinalEvent
+from reactq.shared.messages import ChatMessage
+from reactq.shared.settings import Settings
+from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 T = TypeVar("T")
 

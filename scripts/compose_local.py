@@ -141,7 +141,7 @@ class LocalCompose:
     def _spawn(
         self, label: str, command: list[str], env: dict[str, str]
     ) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "producer.cli", *command[1:]]
+        argv = [sys.executable, "-m", "reactq.cli", *command[1:]]
         if command[0] == "celery":
             argv = [sys.executable, "-m", "celery", *command[1:]]
         with open(self.log_dir / f"{label}.log", "wb") as log:
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             local.start("worker", replica)
         gateway = local.start("gateway")
         local.start("flower")
-        from worker.definitions import load_agents
+        from reactq.worker.definitions import load_agents
 
         agent = next(iter(load_agents(gateway["REACTQ_AGENTS"].split(","))))
         keys = [k for k in gateway.get("REACTQ_API_KEYS", "").split(",") if k]
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 sys.executable,
                 "-m",
-                "producer.cli",
+                "reactq.cli",
                 "send",
                 session,
                 args.message,

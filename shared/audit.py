@@ -17,15 +17,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from shared.bus import EventBus
-from shared.errors import ConfigError
-from shared.events import BaseEvent, Event, parse_event
+from reactq.shared.bus import EventBus
+from reactq.shared.errors import ConfigError
+from reactq.shared.events import BaseEvent, Event, parse_event
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from shared.state.base import StateStore
-    from shared.state.sql import SqlStateStore
+    from reactq.shared.state.base import StateStore
+    from reactq.shared.state.sql import SqlStateStore
 
 __all__ = [
     # the seam
@@ -189,7 +189,7 @@ class SqlAuditSink:
                 log.exception("audit: could not record %d events", len(rows))
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        from shared.state.sql_schema import audit_events
+        from reactq.shared.state.sql_schema import audit_events
 
         async def op(conn: AsyncConnection) -> None:
             await conn.execute(audit_events.insert(), rows)
@@ -204,7 +204,7 @@ class SqlAuditSink:
 
         await self.flush()
 
-        from shared.state.sql_schema import audit_events
+        from reactq.shared.state.sql_schema import audit_events
 
         query = (
             select(audit_events.c.payload)
@@ -227,7 +227,7 @@ class SqlAuditSink:
 def audit_sink_for(store: StateStore) -> AuditSink | None:
     """A sink writing to ``store``'s database (sharing its engine), or None when the
     store is not SQL (the audit log needs a database that can hold it)."""
-    from shared.state.sql import SqlStateStore
+    from reactq.shared.state.sql import SqlStateStore
 
     if isinstance(store, SqlStateStore):
         return SqlAuditSink(store)
@@ -241,8 +241,8 @@ async def open_audit_sink(url: str, **kwargs: Any) -> AuditSink:
         return MemoryAuditSink()
     scheme = url.partition("://")[0]
     if scheme.startswith(("sqlite", "postgres")):
-        from shared.state import open_store
-        from shared.state.sql import SqlStateStore
+        from reactq.shared.state import open_store
+        from reactq.shared.state.sql import SqlStateStore
 
         store = await open_store(url, **kwargs)
         assert isinstance(store, SqlStateStore)

@@ -27,9 +27,9 @@ from pydantic_core import PydanticSerializationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.errors import SchemaVersionError
-from shared.events import BaseEvent, Event, parse_event
-from shared.keys import Keys
+from reactq.shared.errors import SchemaVersionError
+from reactq.shared.events import BaseEvent, Event, parse_event
+from reactq.shared.keys import Keys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

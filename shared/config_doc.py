@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_core import PydanticUndefined
 
-from shared.settings import _LIST_FIELDS, Settings
+from reactq.shared.settings import _LIST_FIELDS, Settings
 
 __all__ = ["DOC_PATH", "render"]
 

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from shared.errors import SchemaVersionError
-from shared.turns import TurnStatus
+from reactq.shared.errors import SchemaVersionError
+from reactq.shared.turns import TurnStatus
 
 EVENT_SCHEMA_VERSION = 1
 

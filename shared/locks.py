@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.keys import Keys
-from shared.redis_client import NOW_MS_LUA, text
+from reactq.shared.keys import Keys
+from reactq.shared.redis_client import NOW_MS_LUA, text
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from shared.settings import Settings
+from reactq.shared.settings import Settings
 
 __all__ = [
     "JsonFormatter",

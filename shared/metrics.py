@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from shared.errors import ConfigError
-from shared.keys import Keys
+from reactq.shared.errors import ConfigError
+from reactq.shared.keys import Keys
 
 __all__ = ["QueueDepthCollector", "WorkerMetrics", "new_registry"]
 

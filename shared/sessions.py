@@ -25,9 +25,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from shared.keys import Keys
-from shared.redis_client import NOW_MS_LUA, text
-from shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
+from reactq.shared.keys import Keys
+from reactq.shared.redis_client import NOW_MS_LUA, text
+from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
 
 # Split "<attempt>|<lost>|<turn_id>|<payload>".
 _PARSE_RUNNING = """

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from shared.errors import ConfigError
+from reactq.shared.errors import ConfigError
 
 # Settings whose env var holds a comma-separated list.
 _LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins"})

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from shared.errors import ConfigError
+from reactq.shared.errors import ConfigError
 
 __all__ = ["configure_tracing", "extract_context", "instrument_publishing", "tracer"]
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.errors import (
+from reactq.shared.errors import (
     EmptyMessageError,
     InvalidSessionIdError,
     MessageTooLargeError,

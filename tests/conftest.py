@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_sync
 
-from shared.redis_client import forget_namespace
+from reactq.shared.redis_client import forget_namespace
 
 REQUIRE = os.environ.get("REACTQ_REQUIRE_SERVICES") == "1"
 

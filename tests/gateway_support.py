@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx2
 
+from reactq.worker.agent.llm.scripted_server import Reply
 from tests.conftest import free_port
 from tests.helpers import ROOT, last_user_text
-from worker.agent.llm.scripted_server import Reply
 
 REACTQ = str(Path(sys.executable).parent / "reactq")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis as redis_sync
 
-from worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.llm.scripted_server import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,7 @@ class WorkerPool:
                 [
                     sys.executable,
                     "-m",
-                    "producer.cli",
+                    "reactq.cli",
                     "worker",
                     "--agents",
                     self.agents,
@@ -150,7 +150,7 @@ def running_pool(
 ) -> Iterator[dict[str, str]]:
     """A scripted model and ``workers`` real workers on SQLite in ``tmp``; yields
     the environment a producer (or the CLI) needs to reach them."""
-    from worker.agent.llm.scripted_server import ScriptedServer
+    from reactq.worker.agent.llm.scripted_server import ScriptedServer
 
     server = ScriptedServer(handler).start_in_thread()
     env = {

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from shared.bus import TurnEmitter
-from shared.events import BaseEvent
-from shared.messages import ChatMessage
-from worker.agent import OpenAICompatibleClient
-from worker.agent.llm.scripted_server import Reply, ScriptedServer
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.events import BaseEvent
+from reactq.shared.messages import ChatMessage
+from reactq.worker.agent import OpenAICompatibleClient
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 
 
 class ListBus:

@@ -57,7 +57,7 @@ def start_reactq(args: Sequence[str], env: Mapping[str, str], log: Path) -> subp
     out = open(log, "wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "producer.cli", *args],
+            [sys.executable, "-m", "reactq.cli", *args],
             cwd=ROOT,
             env={**env, "PYTHONUNBUFFERED": "1"},
             stdout=out,

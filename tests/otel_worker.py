@@ -51,7 +51,7 @@ def main() -> int:
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     provider.add_span_processor(_JsonLines(os.environ["REACTQ_TEST_SPANS"]))
     trace.set_tracer_provider(provider)
-    from producer.cli import main as reactq
+    from reactq.cli import main as reactq
 
     return reactq(sys.argv[1:])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker import Agent, ToolContext, ToolMode, tool
+from reactq.worker import Agent, ToolContext, ToolMode, tool
 
 
 @tool()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.messages import ChatMessage
-from shared.state import StateStore, TurnRecord, open_store
-from shared.turns import TurnStatus
+from reactq.shared.messages import ChatMessage
+from reactq.shared.state import StateStore, TurnRecord, open_store
+from reactq.shared.turns import TurnStatus
 
 BACKENDS = ["memory", "sqlite", "postgres", "redis"]
 SHARED_BACKENDS = ["sqlite", "postgres", "redis"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.audit import (
+from reactq.shared.audit import (
     AuditedBus,
     AuditSink,
     MemoryAuditSink,
@@ -17,11 +17,11 @@ from shared.audit import (
     audit_sink_for,
     open_audit_sink,
 )
-from shared.bus import MemoryEventBus, TurnEmitter
-from shared.errors import ConfigError
-from shared.events import BaseEvent, DeltaEvent, FinalEvent, StartedEvent
-from shared.state import MemoryStateStore, open_store
-from shared.turns import TurnStatus
+from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.errors import ConfigError
+from reactq.shared.events import BaseEvent, DeltaEvent, FinalEvent, StartedEvent
+from reactq.shared.state import MemoryStateStore, open_store
+from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import backend_url, sid
 
 

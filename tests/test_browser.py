@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import unavailable
 from tests.gateway_support import read_until, slow_lookup, start_gateway
 from tests.helpers import ROOT, WorkerPool
-from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.e2e
 KEY = "browser-key"

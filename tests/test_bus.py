@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from shared.bus import (
+from reactq.shared.bus import (
     EventBus,
     MemoryEventBus,
     RedisEventBus,
@@ -20,9 +20,9 @@ from shared.bus import (
     parse_stream_id,
     stream_id_gt,
 )
-from shared.events import DeltaEvent, Event, FinalEvent, StartedEvent
-from shared.keys import Keys
-from shared.turns import TurnStatus
+from reactq.shared.events import DeltaEvent, Event, FinalEvent, StartedEvent
+from reactq.shared.keys import Keys
+from reactq.shared.turns import TurnStatus
 
 
 def sid() -> str:

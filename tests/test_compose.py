@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from producer.cli import build_parser
+from reactq.cli import build_parser
+from reactq.shared.settings import Settings
 from scripts.compose_local import environment_of, is_reactq, load_compose
 from scripts.compose_local import main as compose_local
-from shared.settings import Settings
 from tests.helpers import ROOT
 
 REQUIRED = {"redis", "postgres", "migrate", "worker", "gateway", "flower"}
@@ -55,7 +55,7 @@ def test_every_service_is_there_and_runs_a_real_reactq_command(services: dict[st
         assert command[0] == "reactq"
         parser.parse_args(command[1:])  # the exact arguments parse (SystemExit otherwise)
         helped = subprocess.run(
-            [sys.executable, "-m", "producer.cli", *_subcommand(command), "--help"],
+            [sys.executable, "-m", "reactq.cli", *_subcommand(command), "--help"],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -121,7 +121,7 @@ def test_workers_scale_and_get_their_grace_period(services: dict[str, Any]) -> N
     assert "ports" not in worker and "container_name" not in worker, "--scale would collide"
     grace = float(environment_of(worker)["REACTQ_SHUTDOWN_GRACE_SECONDS"])
     assert float(worker["stop_grace_period"].rstrip("s")) > grace
-    assert environment_of(worker)["REACTQ_AGENTS"] == "examples.weather:agent"
+    assert environment_of(worker)["REACTQ_AGENTS"] == "reactq.demo.weather:agent"
 
 
 def test_the_dockerfile_is_multi_stage_slim_and_unprivileged() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.config_doc import DOC_PATH, main, render
-from shared.settings import Settings
+from reactq.shared.config_doc import DOC_PATH, main, render
+from reactq.shared.settings import Settings
 
 
 def test_the_configuration_reference_is_up_to_date() -> None:

@@ -9,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConfigError
-from worker import Agent, AgentLoop, OpenAICompatibleClient, ScriptedLLM, ToolMode, load_agents
-from worker.definitions import AgentConfigError
+from reactq.shared.errors import ConfigError
+from reactq.worker import (
+    Agent,
+    AgentLoop,
+    OpenAICompatibleClient,
+    ScriptedLLM,
+    ToolMode,
+    load_agents,
+)
+from reactq.worker.definitions import AgentConfigError
 
 
 def lookup(key: str) -> str:
@@ -82,7 +89,7 @@ def agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
 
 
 def _write(directory: Path, name: str, body: str) -> None:
-    (directory / f"{name}.py").write_text("from worker import Agent\n" + body)
+    (directory / f"{name}.py").write_text("from reactq.worker import Agent\n" + body)
 
 
 def test_load_agents_lists_and_errors(agent_dir: tuple[Path, str]) -> None:

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
-from producer import Producer
-from shared.settings import Settings
+from reactq.producer import Producer
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import free_port
 from tests.helpers import WorkerPool, lookup_then_answer
 from tests.obs_support import http_get, http_json, start_reactq, stop, wait_http
-from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from producer.client import Producer
-from shared.bus import stream_id_gt
-from shared.settings import Settings
+from reactq.producer.client import Producer
+from reactq.shared.bus import stream_id_gt
+from reactq.shared.settings import Settings
 from tests.conftest import free_port
 from tests.gateway_support import (
     REACTQ,
@@ -450,7 +450,7 @@ def test_cli_send_and_watch_through_the_gateway(gateway: Gateway, pool_env: dict
 
 
 def test_sync_producer_submits_and_waits(pool_env: dict[str, str]) -> None:
-    from producer.sync import SyncProducer
+    from reactq.producer.sync import SyncProducer
 
     with SyncProducer(Settings.from_env(pool_env)) as producer:
         handle = producer.submit(sid(), "sync hello", agent="e2e")

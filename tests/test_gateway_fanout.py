@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from producer.gateway_fanout import Fanout
-from producer.gateway_sse import event_stream
-from shared.bus import RedisEventBus
-from shared.events import ThoughtEvent
-from shared.keys import Keys
+from reactq.producer.gateway_fanout import Fanout
+from reactq.producer.gateway_sse import event_stream
+from reactq.shared.bus import RedisEventBus
+from reactq.shared.events import ThoughtEvent
+from reactq.shared.keys import Keys
 from tests.helpers import wait_until
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from shared.turns import TurnStatus
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent import AgentLoop, Registry, ScriptedLLM, tool
+from reactq.worker.agent.llm.base import RequestOptions, uses_max_completion_tokens
+from reactq.worker.agent.llm.retry import RetryPolicy, parse_retry_after
+from reactq.worker.agent.llm.scripted_server import Reply
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
-from worker.agent import AgentLoop, Registry, ScriptedLLM, tool
-from worker.agent.llm.base import RequestOptions, uses_max_completion_tokens
-from worker.agent.llm.retry import RetryPolicy, parse_retry_after
-from worker.agent.llm.scripted_server import Reply
 
 
 @tool

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from shared.state.memory import MemoryStateStore
-from shared.turns import TurnStatus
+from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent import AgentLoop, AgentRunner, Registry, ScriptedLLM, tool
+from reactq.worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.usage import ModelPrice
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
-from worker.agent import AgentLoop, AgentRunner, Registry, ScriptedLLM, tool
-from worker.agent.llm.scripted_server import Reply
-from worker.agent.usage import ModelPrice
 
 calls: list[str] = []
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from shared.messages import ToolCall
+from reactq.shared.messages import ToolCall
+from reactq.worker.agent.executor import ToolExecutor
+from reactq.worker.agent.tools import Registry, ToolContext, tool
 from tests.kernel_support import ListBus, emitter_for
-from worker.agent.executor import ToolExecutor
-from worker.agent.tools import Registry, ToolContext, tool
 
 stopped: list[str] = []
 

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
-from worker.agent import AgentLoop, Registry, tool
-from worker.agent.interventions import (
+from reactq.worker.agent import AgentLoop, Registry, tool
+from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
     Hooks,
@@ -18,8 +17,9 @@ from worker.agent.interventions import (
     ToolCallInfo,
     ToolDecision,
 )
-from worker.agent.llm.scripted_server import Reply
-from worker.agent.results import UNPRINTABLE_RESULT, fit_context, format_tool_result
+from reactq.worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.results import UNPRINTABLE_RESULT, fit_context, format_tool_result
+from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
 
 log: list[str] = []
 both_running = asyncio.Event()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.messages import ChatMessage, ToolCall
-from worker.agent.history import repair
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.worker.agent.history import repair
 
 
 def call(cid: str) -> ToolCall:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from shared.errors import (
+from reactq.shared.errors import (
     ContextLengthExceededError,
     LLMBadRequestError,
     LLMConnectionError,
@@ -22,10 +22,10 @@ from shared.errors import (
     LLMResponseError,
     LLMServerError,
 )
-from shared.messages import ToolCall
-from worker.agent.llm import LLMClient, LLMResponse, OpenAICompatibleClient, ScriptedLLM
-from worker.agent.llm.parse import StreamAssembler
-from worker.agent.llm.scripted_server import Reply, ScriptedServer, demo_model
+from reactq.shared.messages import ToolCall
+from reactq.worker.agent.llm import LLMClient, LLMResponse, OpenAICompatibleClient, ScriptedLLM
+from reactq.worker.agent.llm.parse import StreamAssembler
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer, demo_model
 
 HI = [{"role": "user", "content": "hi"}]
 KEY = "sk-test-secret-123"
@@ -309,7 +309,7 @@ def test_command_line_server_answers_with_the_demo_model() -> None:
             "-W",
             "error",
             "-m",
-            "worker.agent.llm.scripted_server",
+            "reactq.worker.agent.llm.scripted_server",
             "--port",
             str(port),
         ],

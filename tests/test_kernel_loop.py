@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.errors import LLMServerError
-from shared.messages import ChatMessage, ToolCall
-from shared.turns import TurnStatus
-from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
-from worker.agent import (
+from reactq.shared.errors import LLMServerError
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent import (
     AgentLoop,
     LLMResponse,
     Registry,
@@ -20,8 +19,9 @@ from worker.agent import (
     ToolContext,
     tool,
 )
-from worker.agent.llm.scripted_server import Reply
-from worker.agent.loop import format_tool_result
+from reactq.worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.loop import format_tool_result
+from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
 
 seen_contexts: list[ToolContext] = []
 

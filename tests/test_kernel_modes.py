@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from shared.turns import TurnStatus
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent import AgentLoop, Registry, ScriptedLLM, ToolMode, tool
+from reactq.worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.parsers import JsonParser, ProseParser
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
-from worker.agent import AgentLoop, Registry, ScriptedLLM, ToolMode, tool
-from worker.agent.llm.scripted_server import Reply
-from worker.agent.parsers import JsonParser, ProseParser
 
 
 @tool

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from shared.bus import TurnEmitter
-from shared.errors import LLMServerError, StaleLeaseError
-from shared.events import BaseEvent
-from shared.messages import ChatMessage, ToolCall
-from shared.state.base import TurnRecord
-from shared.state.memory import MemoryStateStore
-from shared.turns import TurnStatus
-from worker import Agent, AgentRunner, LLMResponse, OpenAICompatibleClient, ScriptedLLM, tool
-from worker.agent.llm.scripted_server import ScriptedServer, demo_model
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.errors import LLMServerError, StaleLeaseError
+from reactq.shared.events import BaseEvent
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state.base import TurnRecord
+from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.turns import TurnStatus
+from reactq.worker import Agent, AgentRunner, LLMResponse, OpenAICompatibleClient, ScriptedLLM, tool
+from reactq.worker.agent.llm.scripted_server import ScriptedServer, demo_model
 
 
 class ListBus:
@@ -173,7 +173,7 @@ async def test_any_other_failure_ends_with_an_error_final() -> None:
 
 
 async def test_the_weather_example_end_to_end_over_http() -> None:
-    from examples.weather import agent
+    from reactq.demo.weather import agent
 
     async with ScriptedServer(demo_model) as server:
         async with OpenAICompatibleClient(base_url=server.base_url, max_retries=0) as llm:

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from shared.keys import Keys
-from shared.locks import SessionLock
+from reactq.shared.keys import Keys
+from reactq.shared.locks import SessionLock
 
 
 def sid() -> str:

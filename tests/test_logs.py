@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.logs import REDACTED, RedactingFilter, configure_logging, log_context, secrets_of
-from shared.settings import Settings
+from reactq.shared.logs import REDACTED, RedactingFilter, configure_logging, log_context, secrets_of
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import free_port
 from tests.helpers import ROOT, WorkerPool, lookup_then_answer
 from tests.obs_support import start_reactq, stop, wait_http
-from worker.agent.llm.scripted_server import ScriptedServer
 
 OPENAI_SECRET = "sk-test-0penai-Secret-4242"
 GATEWAY_SECRET = "gw-key-Secret-9191"
@@ -150,7 +150,7 @@ def test_a_full_run_at_debug_logs_no_secret(redis_url: str, namespace: str, tmp_
             [
                 sys.executable,
                 "-m",
-                "producer.cli",
+                "reactq.cli",
                 "send",
                 sid,
                 "hello",

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from shared.errors import MCPError, ToolError
-from worker.agent.mcp import MCPClient, MCPManager, MCPProvider, MCPTool, redact_url
-from worker.agent.tools import Registry
+from reactq.shared.errors import MCPError, ToolError
+from reactq.worker.agent.mcp import MCPClient, MCPManager, MCPProvider, MCPTool, redact_url
+from reactq.worker.agent.tools import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = [sys.executable, "-m", "tests.mcp_servers.demo"]
@@ -349,7 +349,7 @@ async def test_manager_required_and_optional_servers() -> None:
 
 
 def test_public_surface_and_no_sdk_import_until_connect() -> None:
-    import worker.agent.mcp as package
+    import reactq.worker.agent.mcp as package
 
     assert sorted(package.__all__) == sorted(
         [

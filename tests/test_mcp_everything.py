@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ToolError
+from reactq.shared.errors import ToolError
+from reactq.worker.agent.mcp import MCPClient, MCPProvider
+from reactq.worker.agent.tools import Registry
 from tests.conftest import unavailable
-from worker.agent.mcp import MCPClient, MCPProvider
-from worker.agent.tools import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "@modelcontextprotocol/server-everything"

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from producer import Producer
-from shared.events import Event
-from shared.settings import Settings
+from reactq.producer import Producer
+from reactq.shared.events import Event
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from tests.helpers import WorkerPool, last_user_text
-from worker.agent.llm.scripted_server import Reply, ScriptedServer
 
 pytestmark = pytest.mark.e2e
 

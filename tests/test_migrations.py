@@ -15,11 +15,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from shared.errors import SchemaVersionError
-from shared.state import TRUNK
-from shared.state.migrate import MIGRATIONS, VERSION_TABLE, head_revision, upgrade
-from shared.state.sql import SqlStateStore
-from shared.state.sql_schema import SCHEMA_REVISION, metadata
+from reactq.shared.errors import SchemaVersionError
+from reactq.shared.state import TRUNK
+from reactq.shared.state.migrate import MIGRATIONS, VERSION_TABLE, head_revision, upgrade
+from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql_schema import SCHEMA_REVISION, metadata
 
 PREVIOUS = "0001"
 
@@ -188,7 +188,7 @@ def test_a_worker_refuses_a_schema_newer_than_it_knows(
         "OPENAI_API_KEY": "unused",
     }
     worker = subprocess.run(
-        [sys.executable, "-m", "producer.cli", "worker", "--agents", "tests.pool_agents:agent"],
+        [sys.executable, "-m", "reactq.cli", "worker", "--agents", "tests.pool_agents:agent"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert worker.returncode != 0
@@ -196,7 +196,7 @@ def test_a_worker_refuses_a_schema_newer_than_it_knows(
 
 
 async def _open_and_close(url: str) -> None:
-    from shared.state import open_store
+    from reactq.shared.state import open_store
 
     store = await open_store(url)
     await store.close()

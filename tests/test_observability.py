@@ -28,13 +28,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from producer import Producer
-from shared.settings import Settings
+from reactq.producer import Producer
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import free_port
 from tests.helpers import ROOT, lookup_then_answer
 from tests.obs_support import http_get, stop
 from tests.otel_worker import span_record
-from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.e2e
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
-from producer import Producer
-from shared.events import FinalEvent
-from shared.settings import Settings
+from reactq.producer import Producer
+from reactq.shared.events import FinalEvent
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import free_port
 from tests.helpers import WorkerPool, lookup_then_answer, sleepy_lookup, wait_until
-from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from producer import Producer
-from shared.events import Event, FinalEvent
-from shared.settings import Settings
+from reactq.producer import Producer
+from reactq.shared.events import Event, FinalEvent
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import delete_amqp_queues
 from tests.helpers import WorkerPool, lookup_then_answer
-from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.e2e
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from producer import Producer
-from shared.errors import TurnRejectedError
-from shared.events import Event, FinalEvent
-from shared.settings import Settings
+from reactq.producer import Producer
+from reactq.shared.errors import TurnRejectedError
+from reactq.shared.events import Event, FinalEvent
+from reactq.shared.settings import Settings
+from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.helpers import WorkerPool, last_user_text, sleepy_lookup, wait_until, worker_pid
-from worker.agent.llm.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.e2e
 
@@ -252,7 +252,7 @@ async def test_warm_shutdown_finishes_or_hands_over(make_pool, producers) -> Non
 
 
 async def test_interrupt_keeps_the_completed_steps(make_pool, producers) -> None:
-    from worker.agent.runner import INTERRUPTED_MESSAGE
+    from reactq.worker.agent.runner import INTERRUPTED_MESSAGE
 
     _, env = make_pool(1)
     p = producers(env)
@@ -282,7 +282,7 @@ class FlakyProvider:
         self.healthy = False
 
     def __call__(self, request: dict) -> object:
-        from worker.agent.llm.scripted_server import Reply
+        from reactq.worker.agent.llm.scripted_server import Reply
 
         self.calls += 1
         n = self.calls

@@ -7,15 +7,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from producer import Producer
-from shared.errors import (
+from reactq.producer import Producer
+from reactq.shared.errors import (
     AgentMismatchError,
     EmptyMessageError,
     InvalidSessionIdError,
     MessageTooLargeError,
     UnknownAgentError,
 )
-from shared.settings import Settings
+from reactq.shared.settings import Settings
 
 
 @pytest.fixture

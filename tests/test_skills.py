@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import SkillError, ToolError
-from worker.agent.skills import (
+from reactq.shared.errors import SkillError, ToolError
+from reactq.worker.agent.skills import (
     MAX_FILE_BYTES,
     SkillSet,
     discover_skills,
     parse_frontmatter,
     split_frontmatter,
 )
-from worker.agent.skills.files import read_confined, resolve_inside
+from reactq.worker.agent.skills.files import read_confined, resolve_inside
 
 CATALOG = Path(__file__).parent / "skills" / "catalog"
 posix_only = pytest.mark.skipif(os.name != "posix", reason="symlink and O_NOFOLLOW checks")
@@ -352,7 +352,7 @@ def test_a_symlinked_skill_md_is_refused(tmp_path: Path) -> None:
 
 
 def test_public_surface() -> None:
-    import worker.agent.skills as package
+    import reactq.worker.agent.skills as package
 
     assert sorted(package.__all__) == sorted(
         [

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from worker import Agent, AgentLoop, Registry, ScriptedLLM, ToolMode, tool
-from worker.agent.mcp import MCPClient, MCPProvider
-from worker.definitions import AgentConfigError
+from reactq.worker import Agent, AgentLoop, Registry, ScriptedLLM, ToolMode, tool
+from reactq.worker.agent.mcp import MCPClient, MCPProvider
+from reactq.worker.definitions import AgentConfigError
 
 CATALOG = Path(__file__).parent / "skills" / "catalog"
 

@@ -13,24 +13,24 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from shared.errors import (
+from reactq.shared.errors import (
     ConfigError,
     SchemaVersionError,
     SessionNotFoundError,
     StaleLeaseError,
 )
-from shared.messages import ChatMessage, ToolCall
-from shared.state import (
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state import (
     TRUNK,
     MemoryStateStore,
     SessionInfo,
     StateStore,
     open_store,
 )
-from shared.state.redis import RedisStateStore
-from shared.state.sql import SqlStateStore
-from shared.state.sql_schema import messages as messages_table
-from shared.turns import TurnStatus
+from reactq.shared.state.redis import RedisStateStore
+from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql_schema import messages as messages_table
+from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
     contents,
     record,
@@ -218,8 +218,8 @@ async def test_odd_text_round_trips(store: StateStore) -> None:
 WORKER_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
-    from shared.messages import ChatMessage
-    from shared.state import open_store
+    from reactq.shared.messages import ChatMessage
+    from reactq.shared.state import open_store
 
     async def main(url, session_id, worker, rounds):
         store = await open_store(url)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
-from shared.messages import ChatMessage
-from shared.state import TRUNK, BranchInfo, StateStore
+from reactq.shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
+from reactq.shared.messages import ChatMessage
+from reactq.shared.state import TRUNK, BranchInfo, StateStore
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
     contents,
     record,

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from producer.client import Producer
-from shared.audit import AuditedBus, SqlAuditSink
-from shared.bus import MemoryEventBus, TurnEmitter
-from shared.errors import BranchNotFoundError, ConfigError
-from shared.events import FinalEvent, StartedEvent
-from shared.messages import ChatMessage
-from shared.settings import Settings
-from shared.state import TRUNK, open_store
-from shared.state.sql import SqlStateStore
-from shared.turns import TurnStatus
+from reactq.producer.client import Producer
+from reactq.shared.audit import AuditedBus, SqlAuditSink
+from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.errors import BranchNotFoundError, ConfigError
+from reactq.shared.events import FinalEvent, StartedEvent
+from reactq.shared.messages import ChatMessage
+from reactq.shared.settings import Settings
+from reactq.shared.state import TRUNK, open_store
+from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import record, sid, user
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ async def test_producer_turn_events_needs_sql(redis_url: str, namespace: str) ->
 
 def reactq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "reactq.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext, tool
+from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext, tool
 
 
 class Point(BaseModel):

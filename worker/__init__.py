@@ -4,7 +4,7 @@ This package is light on purpose (no Celery import): agents are defined and
 run in-process with it; ``worker.app`` / ``worker.tasks`` add the pool.
 """
 
-from worker.agent import (
+from reactq.worker.agent import (
     AgentLoop,
     AgentRunner,
     LLMClient,
@@ -18,7 +18,7 @@ from worker.agent import (
     ToolMode,
     tool,
 )
-from worker.definitions import Agent, load_agents
+from reactq.worker.definitions import Agent, load_agents
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # defining agents

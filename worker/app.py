@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from shared.settings import Settings
+from reactq.shared.settings import Settings
 
 # Above the longest turn: a Redis-broker message unacked for this long is
 # redelivered, so it must never fire for a turn that is merely slow. Lost turns
@@ -33,7 +33,7 @@ def create_app(settings: Settings) -> Celery:
         enable_utc=True,
     )
     if settings.effective_broker_url.startswith(("redis://", "rediss://")):
-        from worker.broker import TRANSPORT
+        from reactq.worker.broker import TRANSPORT
 
         app.conf.broker_transport = TRANSPORT
     return app

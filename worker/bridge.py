@@ -15,23 +15,23 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from shared.audit import AuditedBus, AuditSink, audit_sink_for
-from shared.bus import EventBus, RedisEventBus
-from shared.keys import Keys
-from shared.locks import SessionLock
-from shared.metrics import WorkerMetrics
-from shared.redis_client import connect
-from shared.sessions import SessionQueue
-from shared.settings import Settings
-from shared.state import StateStore, open_store
-from worker.agent.llm import LLMClient
-from worker.agent.llm.pool import LLMClientPool, clients_for
-from worker.agent.mcp import MCPManager
-from worker.agent.runner import AgentRunner
-from worker.control import listen_for_control, reap_forever
-from worker.definitions import Agent
-from worker.drain import Drainer
-from worker.observe import ObservedRunner, Observer, observed_agent
+from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
+from reactq.shared.bus import EventBus, RedisEventBus
+from reactq.shared.keys import Keys
+from reactq.shared.locks import SessionLock
+from reactq.shared.metrics import WorkerMetrics
+from reactq.shared.redis_client import connect
+from reactq.shared.sessions import SessionQueue
+from reactq.shared.settings import Settings
+from reactq.shared.state import StateStore, open_store
+from reactq.worker.agent.llm import LLMClient
+from reactq.worker.agent.llm.pool import LLMClientPool, clients_for
+from reactq.worker.agent.mcp import MCPManager
+from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.control import listen_for_control, reap_forever
+from reactq.worker.definitions import Agent
+from reactq.worker.drain import Drainer
+from reactq.worker.observe import ObservedRunner, Observer, observed_agent
 
 log = logging.getLogger("reactq.worker")
 T = TypeVar("T")
@@ -131,7 +131,7 @@ class Bridge:
         """Metrics (when REACTQ_METRICS_PORT is set) and spans (when REACTQ_TRACING is)."""
         s = self.settings
         if s.metrics_port and self.metrics is None:
-            from shared.metrics import QueueDepthCollector, WorkerMetrics
+            from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
 
             self.metrics = WorkerMetrics(self.worker_name)
             broker, agents = s.effective_broker_url, sorted(self.agents)

@@ -19,7 +19,7 @@ from kombu.transport import redis as kombu_redis
 
 log = logging.getLogger("reactq.worker")
 
-TRANSPORT = "worker.broker:RedisTransport"
+TRANSPORT = "reactq.worker.broker:RedisTransport"
 """The value for Celery's ``broker_transport`` with a ``redis://`` broker URL."""
 
 

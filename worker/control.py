@@ -18,8 +18,8 @@ import logging
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared.keys import Keys
-from worker.drain import Drainer
+from reactq.shared.keys import Keys
+from reactq.worker.drain import Drainer
 
 log = logging.getLogger("reactq.worker")
 

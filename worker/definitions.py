@@ -17,22 +17,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import ConfigError, SkillError
-from worker.agent.interventions import Hooks, Interventions, ToolGate
-from worker.agent.llm.base import LLMClient
-from worker.agent.llm.openai_client import OpenAICompatibleClient
-from worker.agent.llm.scripted import ScriptedLLM
-from worker.agent.loop import (
+from reactq.shared.errors import ConfigError, SkillError
+from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
+from reactq.worker.agent.llm.base import LLMClient
+from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
+from reactq.worker.agent.llm.scripted import ScriptedLLM
+from reactq.worker.agent.loop import (
     DEFAULT_ERROR_FALLBACK_MESSAGE,
     DEFAULT_FALLBACK_MESSAGE,
     AgentLoop,
     ToolMode,
     check_loop_config,
 )
-from worker.agent.mcp import MCPClient, MCPProvider, providers_of
-from worker.agent.skills import SkillSet
-from worker.agent.tools import Registry, Tool, tool
-from worker.agent.usage import ModelPrice
+from reactq.worker.agent.mcp import MCPClient, MCPProvider, providers_of
+from reactq.worker.agent.skills import SkillSet
+from reactq.worker.agent.tools import Registry, Tool, tool
+from reactq.worker.agent.usage import ModelPrice
 
 __all__ = ["DEFAULT_MODEL", "Agent", "AgentConfigError", "load_agents"]
 

@@ -21,15 +21,15 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from shared.bus import E, EventBus, TurnEmitter
-from shared.errors import StaleLeaseError
-from shared.events import ErrorEvent, FinalEvent, StartedEvent
-from shared.locks import SessionLock
-from shared.sessions import ClaimedTurn, SessionQueue
-from shared.settings import Settings
-from shared.state import StateStore, TurnRecord
-from shared.turns import TurnRequest, TurnStatus, validate_session_id
-from worker.agent.runner import AgentRunner
+from reactq.shared.bus import E, EventBus, TurnEmitter
+from reactq.shared.errors import StaleLeaseError
+from reactq.shared.events import ErrorEvent, FinalEvent, StartedEvent
+from reactq.shared.locks import SessionLock
+from reactq.shared.sessions import ClaimedTurn, SessionQueue
+from reactq.shared.settings import Settings
+from reactq.shared.state import StateStore, TurnRecord
+from reactq.shared.turns import TurnRequest, TurnStatus, validate_session_id
+from reactq.worker.agent.runner import AgentRunner
 
 log = logging.getLogger("reactq.worker")
 

@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from shared.bus import MemoryEventBus, TurnEmitter
-from shared.events import FinalEvent, StartedEvent
-from shared.settings import Settings
-from shared.state import open_store
-from shared.turns import new_turn_id, validate_message, validate_session_id
-from worker.agent.runner import AgentRunner
-from worker.definitions import Agent
+from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.events import Event, FinalEvent, StartedEvent
+from reactq.shared.settings import Settings
+from reactq.shared.state import open_store
+from reactq.shared.turns import new_turn_id, validate_message, validate_session_id
+from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.definitions import Agent
 
 
 async def run_local_turn(
-    settings: Settings, agent: Agent, session_id: str, message: str, *, as_json: bool = False
+    settings: Settings,
+    agent: Agent,
+    session_id: str,
+    message: str,
+    *,
+    on_event: Callable[[Event], None] | None = None,
 ) -> FinalEvent:
     """Run one turn of ``agent`` in this process on the configured state store.
 
-    Events are printed as they happen (one JSON object per line with ``as_json``).
+    ``on_event`` sees every event as it happens (the CLI prints them).
     """
-    from producer.render import render
 
     validate_session_id(session_id)
     validate_message(message, settings.max_message_bytes)
@@ -34,12 +39,8 @@ async def run_local_turn(
 
         async def show() -> None:
             async for event in stream:
-                if as_json:
-                    print(event.model_dump_json(), flush=True)
-                else:
-                    line = render(event)
-                    if line:
-                        print(line, flush=True)
+                if on_event is not None:
+                    on_event(event)
                 if event.type == "final":
                     return
 

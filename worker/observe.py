@@ -15,12 +15,12 @@ import dataclasses
 import time
 from typing import Any
 
-from shared.events import FinalEvent
-from shared.logs import log_context
-from shared.metrics import WorkerMetrics
-from worker.agent.interventions import Hooks, ToolCallInfo, call_hook
-from worker.agent.runner import AgentRunner
-from worker.definitions import Agent
+from reactq.shared.events import FinalEvent
+from reactq.shared.logs import log_context
+from reactq.shared.metrics import WorkerMetrics
+from reactq.worker.agent.interventions import Hooks, ToolCallInfo, call_hook
+from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.definitions import Agent
 
 __all__ = ["ObservedRunner", "Observer", "ObservingHooks", "observed_agent"]
 
@@ -32,7 +32,7 @@ class Observer:
         self.metrics = metrics
         self.tracer: Any = None
         if tracing:
-            from shared.tracing import tracer
+            from reactq.shared.tracing import tracer
 
             self.tracer = tracer()
 

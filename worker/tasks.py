@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from celery import Celery, Task
 from celery.signals import worker_shutting_down
 
-from shared.keys import DRAIN_TASK, Keys
-from shared.logs import log_context
-from shared.settings import Settings
-from worker.app import create_app
-from worker.bridge import Bridge
-from worker.definitions import Agent
+from reactq.shared.keys import DRAIN_TASK, Keys
+from reactq.shared.logs import log_context
+from reactq.shared.settings import Settings
+from reactq.worker.app import create_app
+from reactq.worker.bridge import Bridge
+from reactq.worker.definitions import Agent
 
 log = logging.getLogger("reactq.worker")
 T = TypeVar("T")
@@ -41,7 +41,7 @@ def bind_tasks(app: Celery) -> None:
             return _bridge.run(work)
         from opentelemetry import context, trace
 
-        from shared.tracing import extract_context, tracer
+        from reactq.shared.tracing import extract_context, tracer
 
         # The producer's span travels in the message headers (shared/tracing.py).
         parent = extract_context(vars(self.request))

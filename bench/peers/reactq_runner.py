@@ -18,12 +18,12 @@ from bench.peers.common import (
     session_key,
     step_for,
 )
-from shared.bus import TurnEmitter
-from shared.messages import ChatMessage, ToolCall
-from shared.state.memory import MemoryStateStore
-from worker.agent import AgentLoop, AgentRunner, LLMResponse, OpenAICompatibleClient, tool
-from worker.agent.llm.base import DeltaSink, RequestOptions
-from worker.agent.tools import Registry
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state.memory import MemoryStateStore
+from reactq.worker.agent import AgentLoop, AgentRunner, LLMResponse, OpenAICompatibleClient, tool
+from reactq.worker.agent.llm.base import DeltaSink, RequestOptions
+from reactq.worker.agent.tools import Registry
 
 
 @tool

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ConfigError
-from shared.state.base import TRUNK, BranchInfo, SessionInfo, StateStore, TurnRecord
-from shared.state.memory import MemoryStateStore
+from reactq.shared.errors import ConfigError
+from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, StateStore, TurnRecord
+from reactq.shared.state.memory import MemoryStateStore
 
 if TYPE_CHECKING:
-    from shared.state.redis import RedisStateStore
-    from shared.state.sql import SqlStateStore
+    from reactq.shared.state.redis import RedisStateStore
+    from reactq.shared.state.sql import SqlStateStore
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the protocol and its data
@@ -40,11 +40,11 @@ _ALIASES = {
 
 def __getattr__(name: str) -> Any:
     if name == "SqlStateStore":
-        from shared.state.sql import SqlStateStore
+        from reactq.shared.state.sql import SqlStateStore
 
         return SqlStateStore
     if name == "RedisStateStore":
-        from shared.state.redis import RedisStateStore
+        from reactq.shared.state.redis import RedisStateStore
 
         return RedisStateStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -65,11 +65,11 @@ async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -
     if scheme == "memory":
         return MemoryStateStore(**kwargs)
     if scheme in ("sqlite+aiosqlite", "postgresql+asyncpg"):
-        from shared.state.sql import SqlStateStore
+        from reactq.shared.state.sql import SqlStateStore
 
         return await SqlStateStore.open(f"{scheme}://{rest}", **kwargs)
     if scheme in ("redis", "rediss", "unix"):
-        from shared.state.redis import RedisStateStore
+        from reactq.shared.state.redis import RedisStateStore
 
         if namespace is not None:
             kwargs.setdefault("namespace", namespace)

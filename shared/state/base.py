@@ -15,9 +15,9 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.errors import BranchError, StaleLeaseError
-from shared.messages import ChatMessage
-from shared.turns import TurnStatus
+from reactq.shared.errors import BranchError, StaleLeaseError
+from reactq.shared.messages import ChatMessage
+from reactq.shared.turns import TurnStatus
 
 TRUNK = "trunk"
 _BRANCH_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

@@ -7,9 +7,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
-from shared.messages import ChatMessage
-from shared.state.base import (
+from reactq.shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
+from reactq.shared.messages import ChatMessage
+from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,

@@ -20,7 +20,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-from shared.errors import SchemaVersionError
+from reactq.shared.errors import SchemaVersionError
 
 MIGRATIONS = Path(__file__).resolve().with_name("migrations")
 VERSION_TABLE = "reactq_schema_version"
@@ -114,7 +114,7 @@ def prepare_schema(conn: Connection, upgrade: bool | None) -> None:
 
 async def upgrade(url: str, revision: str = "head") -> str:
     """Upgrade the database at ``url`` to ``revision``; return the revision reached."""
-    from shared.state.sql import SqlStateStore
+    from reactq.shared.state.sql import SqlStateStore
 
     store = SqlStateStore(url, upgrade=False)
     try:

@@ -24,15 +24,15 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 
-from shared.errors import (
+from reactq.shared.errors import (
     BranchError,
     BranchNotFoundError,
     SchemaVersionError,
     SessionNotFoundError,
 )
-from shared.messages import ChatMessage, ToolCall
-from shared.state import redis_lua as lua
-from shared.state.base import (
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state import redis_lua as lua
+from reactq.shared.state.base import (
     BranchInfo,
     SessionInfo,
     TurnRecord,
@@ -42,8 +42,8 @@ from shared.state.base import (
     new_branch_id,
     stale,
 )
-from shared.state.text import dec, enc
-from shared.turns import TurnStatus
+from reactq.shared.state.text import dec, enc
+from reactq.shared.turns import TurnStatus
 
 RECORD_VERSION = 1
 """Schema version of every record this store writes."""

@@ -29,10 +29,10 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
-from shared.errors import BranchError, ConfigError, SessionNotFoundError
-from shared.messages import ChatMessage
-from shared.state import sql_ops as ops
-from shared.state.base import (
+from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
+from reactq.shared.messages import ChatMessage
+from reactq.shared.state import sql_ops as ops
+from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,
@@ -43,8 +43,8 @@ from shared.state.base import (
     new_branch_id,
     stale,
 )
-from shared.state.sql_schema import branches, dec, enc, sessions, turns
-from shared.turns import TurnStatus
+from reactq.shared.state.sql_schema import branches, dec, enc, sessions, turns
+from reactq.shared.turns import TurnStatus
 
 T = TypeVar("T")
 
@@ -151,7 +151,7 @@ class SqlStateStore:
         Raises SchemaVersionError for a schema newer than this code, or an older
         one this store may not upgrade (``reactq db upgrade`` does).
         """
-        from shared.state.migrate import prepare_schema
+        from reactq.shared.state.migrate import prepare_schema
 
         async def prepare(conn: AsyncConnection) -> None:
             if self.dialect == "postgresql":
@@ -164,7 +164,7 @@ class SqlStateStore:
 
     async def migrate(self, revision: str = "head") -> str:
         """Apply the schema migrations up to ``revision``; return the revision reached."""
-        from shared.state.migrate import migrate
+        from reactq.shared.state.migrate import migrate
 
         async def op(conn: AsyncConnection) -> str:
             if self.dialect == "postgresql":
@@ -177,7 +177,7 @@ class SqlStateStore:
 
     async def schema_revision(self) -> str | None:
         """The database's schema revision (None for an empty database)."""
-        from shared.state.migrate import current_revision
+        from reactq.shared.state.migrate import current_revision
 
         async def op(conn: AsyncConnection) -> str | None:
             return await conn.run_sync(current_revision)

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from sqlalchemy import and_, delete, func, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from shared.errors import BranchNotFoundError, SessionNotFoundError
-from shared.messages import ChatMessage
-from shared.state.base import TRUNK, BranchInfo, SessionInfo, view_ranges
-from shared.state.sql_schema import branches, message_row, messages, sessions, to_message
+from reactq.shared.errors import BranchNotFoundError, SessionNotFoundError
+from reactq.shared.messages import ChatMessage
+from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, view_ranges
+from reactq.shared.state.sql_schema import branches, message_row, messages, sessions, to_message
 
 
 async def session_info(conn: AsyncConnection, session_id: str) -> SessionInfo | None:

@@ -29,8 +29,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from shared.messages import ChatMessage, ToolCall
-from shared.state.text import MARK, dec, enc
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state.text import MARK, dec, enc
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 

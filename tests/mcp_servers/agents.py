@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from worker import Agent, ToolMode
-from worker.agent.mcp import MCPClient, MCPProvider
+from reactq.worker import Agent, ToolMode
+from reactq.worker.agent.mcp import MCPClient, MCPProvider
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -1,7 +1,7 @@
 """The ReAct kernel: loop, runner, LLM clients and tools. Imports no Celery."""
 
-from worker.agent.cancel import CancelHandle
-from worker.agent.interventions import (
+from reactq.worker.agent.cancel import CancelHandle
+from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
     Hooks,
@@ -11,19 +11,19 @@ from worker.agent.interventions import (
     ToolDecision,
     ToolGate,
 )
-from worker.agent.llm import (
+from reactq.worker.agent.llm import (
     LLMClient,
     LLMResponse,
     OpenAICompatibleClient,
     ScriptedLLM,
 )
-from worker.agent.llm.base import RequestOptions
-from worker.agent.llm.retry import RetryPolicy
-from worker.agent.loop import AgentLoop, RunResult, ToolMode
-from worker.agent.parsers import JsonParser, ParsedStep, Parser, ProseParser
-from worker.agent.runner import AgentRunner
-from worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext, tool
-from worker.agent.usage import ModelPrice
+from reactq.worker.agent.llm.base import RequestOptions
+from reactq.worker.agent.llm.retry import RetryPolicy
+from reactq.worker.agent.loop import AgentLoop, RunResult, ToolMode
+from reactq.worker.agent.parsers import JsonParser, ParsedStep, Parser, ProseParser
+from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext, tool
+from reactq.worker.agent.usage import ModelPrice
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # running agents

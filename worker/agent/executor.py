@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from shared.bus import TurnEmitter
-from shared.errors import ToolError
-from shared.events import ActionEvent, ObservationEvent, ToolFailedEvent
-from shared.messages import ToolCall
-from worker.agent.interventions import (
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.errors import ToolError
+from reactq.shared.events import ActionEvent, ObservationEvent, ToolFailedEvent
+from reactq.shared.messages import ToolCall
+from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
     Hooks,
@@ -32,8 +32,8 @@ from worker.agent.interventions import (
     call_hook,
     maybe_await,
 )
-from worker.agent.results import MAX_ARGUMENT_DEPTH, arguments_too_deep, format_tool_result
-from worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext
+from reactq.worker.agent.results import MAX_ARGUMENT_DEPTH, arguments_too_deep, format_tool_result
+from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext
 
 __all__ = ["REPEAT_NUDGE", "ToolExecutor"]
 

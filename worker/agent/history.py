@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared.messages import ChatMessage
+from reactq.shared.messages import ChatMessage
 
 
 def repair(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
 
-from shared.messages import ToolCall
+from reactq.shared.messages import ToolCall
 
 __all__ = [
     "AfterToolHook",

@@ -15,20 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.bus import TurnEmitter
-from shared.errors import ReactqError
-from shared.messages import ChatMessage
-from shared.turns import TurnStatus
-from worker.agent.cancel import CancelHandle, CancelSignal
-from worker.agent.executor import ToolExecutor
-from worker.agent.interventions import Hooks, Interventions, ToolGate
-from worker.agent.llm.base import LLMClient, RequestOptions
-from worker.agent.modes import ModeSettings, ToolMode, build_system_prompt, resolve_mode
-from worker.agent.parsers import Parser
-from worker.agent.results import format_tool_result
-from worker.agent.run import Run
-from worker.agent.tools import Registry, ToolContext
-from worker.agent.usage import ModelPrice, check_budget_config
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.errors import ReactqError
+from reactq.shared.messages import ChatMessage
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent.cancel import CancelHandle, CancelSignal
+from reactq.worker.agent.executor import ToolExecutor
+from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
+from reactq.worker.agent.llm.base import LLMClient, RequestOptions
+from reactq.worker.agent.modes import ModeSettings, ToolMode, build_system_prompt, resolve_mode
+from reactq.worker.agent.parsers import Parser
+from reactq.worker.agent.results import format_tool_result
+from reactq.worker.agent.run import Run
+from reactq.worker.agent.tools import Registry, ToolContext
+from reactq.worker.agent.usage import ModelPrice, check_budget_config
 
 __all__ = [
     "DEFAULT_BUDGET_MESSAGE",

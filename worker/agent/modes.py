@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from worker.agent.parsers import JsonParser, Parser, ProseParser
-from worker.agent.tools import Registry
+from reactq.worker.agent.parsers import JsonParser, Parser, ProseParser
+from reactq.worker.agent.tools import Registry
 
 __all__ = [
     "JSON_OUTPUT_FORMAT",

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from shared.errors import ParserError
+from reactq.shared.errors import ParserError
 
 __all__ = ["JsonParser", "ParsedStep", "Parser", "ProseParser", "find_json_object"]
 

@@ -13,27 +13,27 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from shared.bus import TurnEmitter
-from shared.errors import (
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.errors import (
     BudgetExceededError,
     EmptyResponseError,
     LLMError,
     ParserError,
     ReactqError,
 )
-from shared.events import DeltaEvent, ErrorEvent, ThoughtEvent, UsageEvent
-from shared.messages import ChatMessage, ToolCall
-from shared.turns import TurnStatus
-from worker.agent.cancel import CancelSignal, RunCancelled
-from worker.agent.interventions import call_hook
-from worker.agent.llm.base import LLMResponse
-from worker.agent.parsers import ParsedStep
-from worker.agent.results import OBSERVATION_PREFIX, fit_context
-from worker.agent.tools import ToolContext
-from worker.agent.usage import UsageMeter
+from reactq.shared.events import DeltaEvent, ErrorEvent, ThoughtEvent, UsageEvent
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent.cancel import CancelSignal, RunCancelled
+from reactq.worker.agent.interventions import call_hook
+from reactq.worker.agent.llm.base import LLMResponse
+from reactq.worker.agent.parsers import ParsedStep
+from reactq.worker.agent.results import OBSERVATION_PREFIX, fit_context
+from reactq.worker.agent.tools import ToolContext
+from reactq.worker.agent.usage import UsageMeter
 
 if TYPE_CHECKING:
-    from worker.agent.loop import AgentLoop, RunResult
+    from reactq.worker.agent.loop import AgentLoop, RunResult
 
 __all__ = ["TRUNCATION_MARK", "WRAP_UP_PROMPT"]
 
@@ -321,7 +321,7 @@ class Run:
     def _end(
         self, status: TurnStatus, text: str, error: ReactqError | None = None, keep: bool = False
     ) -> RunResult:
-        from worker.agent.loop import RunResult
+        from reactq.worker.agent.loop import RunResult
 
         if not keep:
             # Keep the history valid for the next turn: every tool call answered.

@@ -15,16 +15,16 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from shared.bus import TurnEmitter
-from shared.errors import AgentMismatchError, ReactqError, StaleLeaseError
-from shared.events import ErrorEvent, FinalEvent
-from shared.messages import ChatMessage
-from shared.state.base import StateStore, TurnRecord
-from shared.turns import TurnStatus
-from worker.agent.cancel import CancelHandle, CancelSignal
-from worker.agent.history import repair
-from worker.agent.loop import AgentLoop
-from worker.agent.tools import ToolContext
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.errors import AgentMismatchError, ReactqError, StaleLeaseError
+from reactq.shared.events import ErrorEvent, FinalEvent
+from reactq.shared.messages import ChatMessage
+from reactq.shared.state.base import StateStore, TurnRecord
+from reactq.shared.turns import TurnStatus
+from reactq.worker.agent.cancel import CancelHandle, CancelSignal
+from reactq.worker.agent.history import repair
+from reactq.worker.agent.loop import AgentLoop
+from reactq.worker.agent.tools import ToolContext
 
 __all__ = ["INTERRUPTED_MESSAGE", "AgentRunner"]
 

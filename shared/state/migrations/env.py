@@ -9,8 +9,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from shared.state.migrate import VERSION_TABLE
-from shared.state.sql_schema import metadata
+from reactq.shared.state.migrate import VERSION_TABLE
+from reactq.shared.state.sql_schema import metadata
 
 config = context.config
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from worker.agent.llm.base import LLMClient, LLMResponse
-from worker.agent.llm.openai_client import OpenAICompatibleClient
-from worker.agent.llm.scripted import ScriptedCall, ScriptedLLM
+from reactq.worker.agent.llm.base import LLMClient, LLMResponse
+from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
+from reactq.worker.agent.llm.scripted import ScriptedCall, ScriptedLLM
 
 if TYPE_CHECKING:
-    from worker.agent.llm.demo import demo_model
-    from worker.agent.llm.replies import Reply
-    from worker.agent.llm.scripted_server import ScriptedServer
+    from reactq.worker.agent.llm.demo import demo_model
+    from reactq.worker.agent.llm.replies import Reply
+    from reactq.worker.agent.llm.scripted_server import ScriptedServer
 
 __all__ = [
     # the seam
@@ -32,9 +32,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Reply": "worker.agent.llm.replies",
-    "ScriptedServer": "worker.agent.llm.scripted_server",
-    "demo_model": "worker.agent.llm.demo",
+    "Reply": "reactq.worker.agent.llm.replies",
+    "ScriptedServer": "reactq.worker.agent.llm.scripted_server",
+    "demo_model": "reactq.worker.agent.llm.demo",
 }
 
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from shared.messages import ToolCall
+from reactq.shared.messages import ToolCall
 
 __all__ = ["DeltaSink", "LLMClient", "LLMResponse", "RequestOptions", "uses_max_completion_tokens"]
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from worker.agent.llm.replies import Reply
+from reactq.worker.agent.llm.replies import Reply
 
 __all__ = ["demo_model"]
 

@@ -27,7 +27,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from shared.errors import (
+from reactq.shared.errors import (
     ContextLengthExceededError,
     LLMBadRequestError,
     LLMConnectionError,
@@ -39,9 +39,9 @@ from shared.errors import (
     LLMStreamCutError,
     LLMUndecodableError,
 )
-from worker.agent.llm.base import DEFAULT_OPTIONS, DeltaSink, LLMResponse, RequestOptions
-from worker.agent.llm.parse import StreamAssembler, from_completion, mentions_context_length
-from worker.agent.llm.retry import RetryPolicy, parse_retry_after
+from reactq.worker.agent.llm.base import DEFAULT_OPTIONS, DeltaSink, LLMResponse, RequestOptions
+from reactq.worker.agent.llm.parse import StreamAssembler, from_completion, mentions_context_length
+from reactq.worker.agent.llm.retry import RetryPolicy, parse_retry_after
 
 __all__ = ["OpenAICompatibleClient"]
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared.errors import (
+from reactq.shared.errors import (
     ContextLengthExceededError,
     LLMErrorEnvelopeError,
     LLMNoChoicesError,
     LLMResponseError,
 )
-from shared.messages import ToolCall
-from worker.agent.llm.base import DeltaSink, LLMResponse
+from reactq.shared.messages import ToolCall
+from reactq.worker.agent.llm.base import DeltaSink, LLMResponse
 
 __all__ = ["StreamAssembler", "from_completion", "mentions_context_length"]
 

@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from worker.agent.llm.base import DeltaSink, LLMClient, LLMResponse, RequestOptions
+from reactq.worker.agent.llm.base import DeltaSink, LLMClient, LLMResponse, RequestOptions
 
 CALLS_PER_CLIENT = 32
 """Concurrent calls one client is sized for."""

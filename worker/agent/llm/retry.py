@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.errors import LLMConnectionError, LLMError, LLMRateLimitError, LLMServerError
+from reactq.shared.errors import LLMConnectionError, LLMError, LLMRateLimitError, LLMServerError
 
 __all__ = ["RetryPolicy", "parse_retry_after"]
 

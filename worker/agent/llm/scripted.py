@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import LLMResponseError
-from worker.agent.llm.base import DeltaSink, LLMResponse, RequestOptions
+from reactq.shared.errors import LLMResponseError
+from reactq.worker.agent.llm.base import DeltaSink, LLMResponse, RequestOptions
 
 __all__ = ["ScriptedCall", "ScriptedLLM"]
 

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from worker.agent.llm.demo import demo_model
-from worker.agent.llm.replies import Reply, completion_body, stream_chunks
+from reactq.worker.agent.llm.demo import demo_model
+from reactq.worker.agent.llm.replies import Reply, completion_body, stream_chunks
 
 __all__ = ["Handler", "Reply", "ScriptedServer", "demo_model", "main"]
 

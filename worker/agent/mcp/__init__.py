@@ -7,16 +7,16 @@ SDK: connecting does, and fails with an ImportError naming ``reactq[mcp]``
 when it is missing.
 """
 
-from worker.agent.mcp.client import MCPClient
-from worker.agent.mcp.content import (
+from reactq.worker.agent.mcp.client import MCPClient
+from reactq.worker.agent.mcp.content import (
     MAX_ERROR_CHARS,
     MAX_RESULT_CHARS,
     ToolErrorScreen,
     default_error_message,
 )
-from worker.agent.mcp.manager import MCPManager
-from worker.agent.mcp.provider import MCPProvider, MCPTool, providers_of
-from worker.agent.mcp.transport import SAFE_ENV_VARS, redact_url
+from reactq.worker.agent.mcp.manager import MCPManager
+from reactq.worker.agent.mcp.provider import MCPProvider, MCPTool, providers_of
+from reactq.worker.agent.mcp.transport import SAFE_ENV_VARS, redact_url
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # servers and their tools

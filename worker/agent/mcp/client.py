@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import MCPError
-from worker.agent.mcp.transport import (
+from reactq.shared.errors import MCPError
+from reactq.worker.agent.mcp.transport import (
     http_transport,
     redact_url,
     safe_environment,

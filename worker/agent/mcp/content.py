@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from worker.agent.results import safe_text
+from reactq.worker.agent.results import safe_text
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult

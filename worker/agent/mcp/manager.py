@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from shared.errors import MCPError
-from worker.agent.mcp.client import MCPClient
-from worker.agent.mcp.provider import MCPProvider, MCPTool, providers_of
-from worker.agent.tools import Registry
+from reactq.shared.errors import MCPError
+from reactq.worker.agent.mcp.client import MCPClient
+from reactq.worker.agent.mcp.provider import MCPProvider, MCPTool, providers_of
+from reactq.worker.agent.tools import Registry
 
 __all__ = ["MCPManager"]
 

@@ -7,10 +7,10 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import MCPError, ToolError
-from worker.agent.mcp.client import MCPClient
-from worker.agent.mcp.content import ToolErrorScreen, result_text, screen_error
-from worker.agent.tools import Registry, Tool, ToolContext
+from reactq.shared.errors import MCPError, ToolError
+from reactq.worker.agent.mcp.client import MCPClient
+from reactq.worker.agent.mcp.content import ToolErrorScreen, result_text, screen_error
+from reactq.worker.agent.tools import Registry, Tool, ToolContext
 
 if TYPE_CHECKING:
     from mcp_types import Tool as MCPToolSpec

@@ -1,8 +1,8 @@
 """Agent skills: directories of instructions the model loads on demand with ``load_skill``."""
 
-from worker.agent.skills.files import MAX_FILE_BYTES
-from worker.agent.skills.frontmatter import parse_frontmatter, split_frontmatter
-from worker.agent.skills.skillset import (
+from reactq.worker.agent.skills.files import MAX_FILE_BYTES
+from reactq.worker.agent.skills.frontmatter import parse_frontmatter, split_frontmatter
+from reactq.worker.agent.skills.skillset import (
     LOAD_SKILL_TOOL,
     MAX_DESCRIPTION_CHARS,
     Skill,

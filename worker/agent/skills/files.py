@@ -22,7 +22,7 @@ import os
 import stat
 from pathlib import Path
 
-from shared.errors import SkillError
+from reactq.shared.errors import SkillError
 
 __all__ = ["MAX_FILE_BYTES", "check_relative", "read_confined", "resolve_inside"]
 

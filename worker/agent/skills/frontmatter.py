@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from shared.errors import SkillError
+from reactq.shared.errors import SkillError
 
 __all__ = ["parse_frontmatter", "split_frontmatter"]
 

@@ -18,10 +18,10 @@ from typing import Annotated
 
 from pydantic import Field
 
-from shared.errors import SkillError, ToolError
-from worker.agent.skills.files import read_confined, resolve_inside
-from worker.agent.skills.frontmatter import split_frontmatter
-from worker.agent.tools import Tool, tool
+from reactq.shared.errors import SkillError, ToolError
+from reactq.worker.agent.skills.files import read_confined, resolve_inside
+from reactq.worker.agent.skills.frontmatter import split_frontmatter
+from reactq.worker.agent.tools import Tool, tool
 
 __all__ = [
     "LOAD_SKILL_TOOL",

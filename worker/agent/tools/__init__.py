@@ -1,7 +1,7 @@
 """Tools: typed functions the model can call, and the registry that holds them."""
 
-from worker.agent.tools.base import Tool, ToolArgumentsError, ToolContext, tool
-from worker.agent.tools.registry import Registry
+from reactq.worker.agent.tools.base import Tool, ToolArgumentsError, ToolContext, tool
+from reactq.worker.agent.tools.registry import Registry
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # defining tools

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from shared.errors import ToolError
+from reactq.shared.errors import ToolError
 
 __all__ = ["Tool", "ToolArgumentsError", "ToolContext", "tool"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from worker.agent.tools.base import Tool, tool
+from reactq.worker.agent.tools.base import Tool, tool
 
 __all__ = ["Registry"]
 

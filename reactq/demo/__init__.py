@@ -1,4 +1,8 @@
-"""``reactq demo``: the pool at work, or the same agent in-process without Redis."""
+"""``reactq demo``: the pool at work, or the same agent in-process without Redis.
+
+The demo's agent ships in the package (``reactq.demo.weather:agent``), so the
+demo runs from any directory, whatever the application beside it names its modules.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +20,17 @@ from pathlib import Path
 from redis import Redis as SyncRedis
 from redis.exceptions import RedisError
 
-from producer.client import Producer
-from producer.render import render
-from shared.redis_client import forget_namespace
-from shared.settings import Settings
-from worker.definitions import Agent
+from reactq.producer.client import Producer
+from reactq.producer.render import render
+from reactq.shared.events import Event
+from reactq.shared.redis_client import forget_namespace
+from reactq.shared.settings import Settings
+from reactq.worker.cli import ensure_model_endpoint
+from reactq.worker.definitions import Agent, load_agents
+from reactq.worker.local import run_local_turn
 
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Sydney", "Toronto", "Nairobi"]
-DEMO_AGENT = "examples.weather:agent"
+DEMO_AGENT = "reactq.demo.weather:agent"
 
 
 def _redis_answers(url: str) -> bool:
@@ -50,9 +57,6 @@ def _plan(sessions: int, tag: str) -> list[tuple[str, str]]:
 
 def run_demo(sessions: int = 4, in_process: bool = False) -> int:
     """Run the demo; returns the exit code."""
-    from worker.cli import ensure_model_endpoint
-    from worker.definitions import load_agents
-
     settings = Settings.from_env()
     agents = load_agents([DEMO_AGENT])
     server = ensure_model_endpoint(agents)
@@ -68,14 +72,12 @@ def run_demo(sessions: int = 4, in_process: bool = False) -> int:
 
 
 async def _local_demo(settings: Settings, agent: Agent, sessions: int) -> int:
-    from worker.local import run_local_turn
-
     tag = uuid.uuid4().hex[:6]
     ok = 0
     plan = _plan(sessions, tag)
     for sid, message in plan:
         print(f"--- {sid}: {message}")
-        final = await run_local_turn(settings, agent, sid, message)
+        final = await run_local_turn(settings, agent, sid, message, on_event=_print_line)
         ok += final.status == "completed"
     print(
         f"\nsummary: {ok}/{len(plan)} turns completed in-process (state: {settings.database_url})"
@@ -98,7 +100,7 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
             [
                 sys.executable,
                 "-m",
-                "producer.cli",
+                "reactq.cli",
                 "worker",
                 "--agents",
                 DEMO_AGENT,
@@ -179,3 +181,9 @@ async def _watch(producer: Producer, sid: str, per_worker: Counter[str]) -> None
 def _stream_position(event_id: str) -> tuple[int, int]:
     ms, _, n = event_id.partition("-")
     return int(ms), int(n or 0)
+
+
+def _print_line(event: Event) -> None:
+    line = render(event)
+    if line:
+        print(line, flush=True)

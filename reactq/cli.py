@@ -1,33 +1,38 @@
-"""The ``reactq`` command.
+"""The ``reactq`` command: the one module that imports both sides.
 
-Producer-side commands (send, watch, history) live here; the worker-side ones
-(worker, run, demo) are in ``worker.cli`` and are imported only when invoked, so
-the producer package itself never depends on the worker.
+``reactq.producer`` and ``reactq.worker`` never import each other
+(docs/architecture.md, "Layers"); this module wires the producer-side commands
+(send, watch, history, cancel, the state commands) and the worker-side ones
+(worker, run, demo) into one parser. Only the optional extras (the gateway's
+FastAPI and uvicorn, Flower, OpenTelemetry) are imported when their command
+runs, so a missing extra fails that command alone, naming the extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from producer.cli_state import STATE_HANDLERS, add_state_commands
-from shared.errors import ReactqError
-from shared.events import FinalEvent
-from shared.turns import MultitaskStrategy, TurnStatus
+from reactq.demo import run_demo
+from reactq.producer.cli_state import STATE_HANDLERS, add_state_commands
+from reactq.producer.client import Producer
+from reactq.producer.render import render
+from reactq.shared.errors import ConfigError, ReactqError
+from reactq.shared.events import Event, FinalEvent
+from reactq.shared.logs import configure_logging
+from reactq.shared.settings import Settings
+from reactq.shared.turns import MultitaskStrategy, TurnStatus
+from reactq.worker.cli import ensure_model_endpoint, host_agents, loaded_agents
+from reactq.worker.local import run_local_turn
 
-WORKER_COMMANDS = ("worker", "run", "demo")
 GATEWAY_HELP = "go through a reactq gateway over HTTP (key from REACTQ_API_KEY) instead of Redis"
 
 
-def _print_event(event: Any, as_json: bool) -> None:
-    from producer.render import render
-
+def _print_event(event: Event, as_json: bool) -> None:
     if as_json:
         print(event.model_dump_json(), flush=True)
         return
@@ -37,7 +42,7 @@ def _print_event(event: Any, as_json: bool) -> None:
 
 
 async def _send_via_gateway(args: argparse.Namespace) -> int:
-    from producer.gateway_client import GatewayClient
+    from reactq.producer.gateway_client import GatewayClient  # the gateway extra
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         accepted = await client.submit(
@@ -55,7 +60,7 @@ async def _send_via_gateway(args: argparse.Namespace) -> int:
 
 
 async def _watch_via_gateway(args: argparse.Namespace) -> int:
-    from producer.gateway_client import GatewayClient
+    from reactq.producer.gateway_client import GatewayClient  # the gateway extra
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         async for event in client.events(args.session, after=args.from_id or "$"):
@@ -64,8 +69,6 @@ async def _watch_via_gateway(args: argparse.Namespace) -> int:
 
 
 def _client_key() -> str | None:
-    from shared.settings import Settings
-
     key = Settings.from_env().api_key
     return key.get_secret_value() if key else None
 
@@ -73,7 +76,6 @@ def _client_key() -> str | None:
 async def _send(args: argparse.Namespace) -> int:
     if args.gateway:
         return await _send_via_gateway(args)
-    from producer.client import Producer
 
     async with Producer.from_env() as producer:
         handle = await producer.submit(
@@ -93,7 +95,6 @@ async def _send(args: argparse.Namespace) -> int:
 async def _watch(args: argparse.Namespace) -> int:
     if args.gateway:
         return await _watch_via_gateway(args)
-    from producer.client import Producer
 
     async with Producer.from_env() as producer:
         async for event in producer.subscribe(args.session, after=args.from_id):
@@ -102,7 +103,6 @@ async def _watch(args: argparse.Namespace) -> int:
 
 
 async def _cancel(args: argparse.Namespace) -> int:
-    from producer.client import Producer
 
     async with Producer.from_env() as producer:
         result = await producer.cancel(args.turn_id)
@@ -123,7 +123,6 @@ async def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _history(args: argparse.Namespace) -> int:
-    from producer.client import Producer
 
     async with Producer.from_env() as producer:
         messages = await producer.history(args.session, branch=args.branch)
@@ -140,6 +139,49 @@ async def _history(args: argparse.Namespace) -> int:
         else:
             print(f"{m.sequence:>4} {m.role:>9}: {m.content}")
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    agents = loaded_agents(settings, args.agents)
+    if args.agent is None and len(agents) > 1:
+        raise ConfigError(f"several agents loaded ({', '.join(agents)}): pick one with --agent")
+    name = args.agent or next(iter(agents))
+    if name not in agents:
+        raise ConfigError(f"agent {name!r} is not among the loaded ones: {', '.join(agents)}")
+    server = ensure_model_endpoint(agents)
+    try:
+        final = asyncio.run(
+            run_local_turn(
+                settings,
+                agents[name],
+                args.session,
+                args.message,
+                on_event=lambda event: _print_event(event, args.json),
+            )
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    return 0 if final.status == TurnStatus.COMPLETED else 1
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from reactq.producer.gateway_serve import serve  # the gateway extra
+
+    settings = Settings.from_env()
+    configure_logging(settings, args.loglevel)
+    if settings.tracing:
+        from reactq.shared.tracing import configure_tracing  # the otel extra
+
+        configure_tracing("reactq-gateway")
+    return serve(args.host, args.port, insecure=args.insecure, log_level=args.loglevel)
+
+
+def _flower(args: argparse.Namespace) -> int:
+    from reactq.producer.flower import run_flower  # the flower extra
+
+    return run_flower(args.address, args.port, url_prefix=args.url_prefix, insecure=args.insecure)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,31 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SYNC_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "worker": lambda args: host_agents(args.agents, args.concurrency, args.loglevel),
+    "run": _run,
+    "demo": lambda args: run_demo(sessions=args.sessions, in_process=args.in_process),
+    "serve": _serve,
+    "flower": _flower,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``reactq`` console script."""
     args = build_parser().parse_args(argv)
     try:
-        if args.command in WORKER_COMMANDS:
-            worker_cli = importlib.import_module("worker.cli")
-            code = worker_cli.main(args)
-        elif args.command == "serve":
-            from producer.gateway_serve import serve
-            from shared.logs import configure_logging
-            from shared.settings import Settings
-
-            settings = Settings.from_env()
-            configure_logging(settings, args.loglevel)
-            if settings.tracing:
-                from shared.tracing import configure_tracing
-
-                configure_tracing("reactq-gateway")
-            code = serve(args.host, args.port, insecure=args.insecure, log_level=args.loglevel)
-        elif args.command == "flower":
-            from producer.flower import run_flower
-
-            code = run_flower(
-                args.address, args.port, url_prefix=args.url_prefix, insecure=args.insecure
-            )
+        if args.command in SYNC_HANDLERS:
+            code = SYNC_HANDLERS[args.command](args)
         else:
             handler = {
                 "send": _send,

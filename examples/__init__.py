@@ -1,1 +1,0 @@
-"""Example agents: run a worker with ``--agents examples.weather:agent``."""
