@@ -2,7 +2,7 @@
 
 ``reactq fork SESSION SEQUENCE``, ``reactq branches SESSION``, ``reactq switch
 SESSION BRANCH``, ``reactq audit TURN_ID`` and ``reactq db upgrade``
-(``reactq history --branch`` is in ``producer.cli``).
+(``reactq history --branch`` is in ``reactq.cli``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ import json
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
+
+from reactq.producer.client import Producer
+from reactq.producer.render import render
+from reactq.shared.settings import Settings
+from reactq.shared.state.sql import upgrade
 
 
 def add_state_commands(sub: Any) -> None:
@@ -42,7 +47,6 @@ def add_state_commands(sub: Any) -> None:
 
 
 async def _fork(args: argparse.Namespace) -> int:
-    from reactq.producer.client import Producer
 
     async with Producer.from_env() as producer:
         branch = await producer.fork(
@@ -57,7 +61,6 @@ async def _fork(args: argparse.Namespace) -> int:
 
 
 async def _branches(args: argparse.Namespace) -> int:
-    from reactq.producer.client import Producer
 
     async with Producer.from_env() as producer:
         branches = await producer.branches(args.session)
@@ -74,7 +77,6 @@ async def _branches(args: argparse.Namespace) -> int:
 
 
 async def _switch(args: argparse.Namespace) -> int:
-    from reactq.producer.client import Producer
 
     async with Producer.from_env() as producer:
         await producer.switch_branch(args.session, args.branch)
@@ -83,8 +85,6 @@ async def _switch(args: argparse.Namespace) -> int:
 
 
 async def _audit(args: argparse.Namespace) -> int:
-    from reactq.producer.client import Producer
-    from reactq.producer.render import render
 
     async with Producer.from_env() as producer:
         events = await producer.turn_events(args.turn_id)
@@ -99,9 +99,6 @@ async def _audit(args: argparse.Namespace) -> int:
 
 
 async def _db(args: argparse.Namespace) -> int:
-    from reactq.shared.settings import Settings
-    from reactq.shared.state.migrate import upgrade
-
     revision = await upgrade(Settings.from_env().database_url, args.revision)
     print(f"database schema at revision {revision}")
     return 0

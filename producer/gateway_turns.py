@@ -6,6 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from fastapi.responses import JSONResponse
+from kombu import Connection
 
 from reactq.producer.gateway_models import Readiness, TurnInfo
 from reactq.shared.events import FinalEvent, parse_event
@@ -65,8 +66,6 @@ async def find_turn(producer: Producer, turn_id: str) -> TurnInfo | None:
 
 
 async def _broker_ok(url: str) -> None:
-    from kombu import Connection
-
     def connect() -> None:
         with Connection(url, connect_timeout=CHECK_TIMEOUT) as conn:
             conn.ensure_connection(max_retries=1)

@@ -18,14 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from reactq.producer.gateway_errors import ERROR_RESPONSES
+from reactq.shared.metrics import QueueDepthCollector, new_registry
 
 __all__ = ["install_metrics"]
 
 
 def _render(broker_url: str, namespace: str, agents: list[str], workers: int) -> tuple[bytes, str]:
-    import prometheus_client
-
-    from reactq.shared.metrics import QueueDepthCollector, new_registry
+    import prometheus_client  # the metrics extra; /metrics answers 501 without it
 
     registry = new_registry()
     registry.register(QueueDepthCollector(broker_url, namespace, lambda: agents))

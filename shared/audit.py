@@ -1,8 +1,8 @@
 """The audit log: every event of every turn, kept after the Redis stream has expired.
 
 Redis holds the live tail of a session's events (capped, with a TTL); the audit
-sink is the long-term record (DESIGN.md). ``AuditedBus`` wraps an EventBus so that
-every published event is also recorded; ``SqlAuditSink`` writes the
+sink is the long-term record (docs/architecture.md, "Events"). ``AuditedBus``
+wraps an EventBus so that every published event is also recorded; ``SqlAuditSink`` writes the
 ``audit_events`` table in the state database (so a SQL state store brings its
 audit log with it), ``MemoryAuditSink`` keeps them in a list for tests and the
 embedded mode. Read a run back with ``turn_events(turn_id)``.
@@ -15,17 +15,18 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reactq.shared.bus import EventBus
 from reactq.shared.errors import ConfigError
 from reactq.shared.events import BaseEvent, Event, parse_event
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
-    from reactq.shared.state.base import StateStore
-    from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state import open_store
+from reactq.shared.state.base import StateStore
+from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql_schema import audit_events
 
 __all__ = [
     # the seam
@@ -189,8 +190,6 @@ class SqlAuditSink:
                 log.exception("audit: could not record %d events", len(rows))
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        from reactq.shared.state.sql_schema import audit_events
-
         async def op(conn: AsyncConnection) -> None:
             await conn.execute(audit_events.insert(), rows)
 
@@ -200,12 +199,7 @@ class SqlAuditSink:
 
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every recorded event of a turn, all attempts, in the order recorded."""
-        from sqlalchemy import select
-
         await self.flush()
-
-        from reactq.shared.state.sql_schema import audit_events
-
         query = (
             select(audit_events.c.payload)
             .where(audit_events.c.turn_id == turn_id)
@@ -227,8 +221,6 @@ class SqlAuditSink:
 def audit_sink_for(store: StateStore) -> AuditSink | None:
     """A sink writing to ``store``'s database (sharing its engine), or None when the
     store is not SQL (the audit log needs a database that can hold it)."""
-    from reactq.shared.state.sql import SqlStateStore
-
     if isinstance(store, SqlStateStore):
         return SqlAuditSink(store)
     return None
@@ -241,12 +233,9 @@ async def open_audit_sink(url: str, **kwargs: Any) -> AuditSink:
         return MemoryAuditSink()
     scheme = url.partition("://")[0]
     if scheme.startswith(("sqlite", "postgres")):
-        from reactq.shared.state import open_store
-        from reactq.shared.state.sql import SqlStateStore
-
         store = await open_store(url, **kwargs)
-        assert isinstance(store, SqlStateStore)
-        return SqlAuditSink(store, owns_store=True)
+        if isinstance(store, SqlStateStore):
+            return SqlAuditSink(store, owns_store=True)
     raise ConfigError(
         f"no audit log for a {scheme!r} URL: the audit log lives in a SQL database "
         "(sqlite+aiosqlite:// or postgresql+asyncpg://)"

@@ -20,19 +20,17 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from reactq.shared.errors import SchemaVersionError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.keys import Keys
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +247,6 @@ class RedisEventBus:
     @classmethod
     def from_url(cls, url: str, namespace: str = "reactq", **kwargs: Any) -> RedisEventBus:
         """A bus with its own client (closed by ``close``); kwargs go to the constructor."""
-        from redis.asyncio import Redis
-
         return cls(Redis.from_url(url), Keys(namespace), owns_client=True, **kwargs)
 
     async def publish(self, event: E) -> E:

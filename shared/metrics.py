@@ -20,6 +20,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from kombu import Connection
+
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
 
@@ -32,7 +34,7 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 def _prometheus() -> Any:
     try:
-        import prometheus_client
+        import prometheus_client.core  # the metrics extra, needed only when metrics are on
     except ImportError:
         raise ConfigError("metrics need prometheus-client: pip install 'reactq[metrics]'") from None
     return prometheus_client
@@ -69,10 +71,7 @@ class QueueDepthCollector:
                 pass
 
     def collect(self) -> Iterator[Any]:
-        from kombu import Connection
-        from prometheus_client.core import GaugeMetricFamily
-
-        family = GaugeMetricFamily(
+        family = _prometheus().core.GaugeMetricFamily(
             "reactq_queue_depth", "Drain messages waiting on an agent's queue", labels=["agent"]
         )
         try:

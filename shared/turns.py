@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -104,8 +105,6 @@ class TurnRequest(BaseModel):
     @classmethod
     def parse(cls, raw: str | bytes) -> TurnRequest:
         """Parse a wire payload, refusing an unknown schema version clearly."""
-        import json
-
         data = json.loads(raw)
         if isinstance(data, dict) and data.get("v") not in (None, TURN_SCHEMA_VERSION):
             raise SchemaVersionError(

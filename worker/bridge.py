@@ -19,7 +19,7 @@ from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
 from reactq.shared.bus import EventBus, RedisEventBus
 from reactq.shared.keys import Keys
 from reactq.shared.locks import SessionLock
-from reactq.shared.metrics import WorkerMetrics
+from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
 from reactq.shared.redis_client import connect
 from reactq.shared.sessions import SessionQueue
 from reactq.shared.settings import Settings
@@ -131,8 +131,6 @@ class Bridge:
         """Metrics (when REACTQ_METRICS_PORT is set) and spans (when REACTQ_TRACING is)."""
         s = self.settings
         if s.metrics_port and self.metrics is None:
-            from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
-
             self.metrics = WorkerMetrics(self.worker_name)
             broker, agents = s.effective_broker_url, sorted(self.agents)
             self.metrics.registry.register(QueueDepthCollector(broker, s.namespace, lambda: agents))

@@ -6,6 +6,8 @@ in-flight, the ``invoke_agent`` span, ``turn_id``/``attempt`` on log lines);
 model and tool calls (``chat`` / ``execute_tool`` spans, token counts). Span
 names and attributes follow the OpenTelemetry semantic conventions for GenAI.
 Nothing here changes a run: failures of observation are logged and ignored.
+OpenTelemetry (the ``otel`` extra) is imported only where a span is made, which
+happens only when tracing is on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from reactq.shared.events import FinalEvent
 from reactq.shared.logs import log_context
 from reactq.shared.metrics import WorkerMetrics
+from reactq.shared.tracing import tracer
 from reactq.worker.agent.interventions import Hooks, ToolCallInfo, call_hook
 from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.definitions import Agent
@@ -32,8 +35,6 @@ class Observer:
         self.metrics = metrics
         self.tracer: Any = None
         if tracing:
-            from reactq.shared.tracing import tracer
-
             self.tracer = tracer()
 
     @property

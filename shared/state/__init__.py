@@ -1,20 +1,17 @@
 """Conversation state every worker shares: the StateStore protocol and its backends.
 
-``open_store(url)`` picks a backend by URL scheme. The SQL and Redis backends (and
-with them SQLAlchemy) are imported only when they are used.
+``open_store(url)`` picks a backend by URL scheme.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, StateStore, TurnRecord
 from reactq.shared.state.memory import MemoryStateStore
-
-if TYPE_CHECKING:
-    from reactq.shared.state.redis import RedisStateStore
-    from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.redis import RedisStateStore
+from reactq.shared.state.sql import SqlStateStore
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the protocol and its data
@@ -38,18 +35,6 @@ _ALIASES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SqlStateStore":
-        from reactq.shared.state.sql import SqlStateStore
-
-        return SqlStateStore
-    if name == "RedisStateStore":
-        from reactq.shared.state.redis import RedisStateStore
-
-        return RedisStateStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -> StateStore:
     """A ready state store for ``url``: ``memory://``, ``sqlite+aiosqlite://…`` or
     ``postgresql+asyncpg://…`` (plain ``sqlite://`` and ``postgresql://`` mean those
@@ -65,12 +50,8 @@ async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -
     if scheme == "memory":
         return MemoryStateStore(**kwargs)
     if scheme in ("sqlite+aiosqlite", "postgresql+asyncpg"):
-        from reactq.shared.state.sql import SqlStateStore
-
         return await SqlStateStore.open(f"{scheme}://{rest}", **kwargs)
     if scheme in ("redis", "rediss", "unix"):
-        from reactq.shared.state.redis import RedisStateStore
-
         if namespace is not None:
             kwargs.setdefault("namespace", namespace)
         return await RedisStateStore.open(f"{scheme}://{rest}", **kwargs)

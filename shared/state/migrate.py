@@ -1,10 +1,10 @@
 """The SQL schema's versions: Alembic migrations shipped in ``shared/state/migrations``.
 
-``await upgrade(url)`` (``reactq db upgrade``) applies every migration the
-database lacks. ``SqlStateStore.init`` calls ``prepare_schema``: it refuses a
-schema newer than this code knows, upgrades an older one when allowed, and
-recognises a database made before migrations existed (tables but no version
-row) as revision 0001.
+``await upgrade(url)`` (``reactq.shared.state.sql.upgrade``; ``reactq db upgrade``)
+applies every migration the database lacks. ``SqlStateStore.init`` calls
+``prepare_schema``: it refuses a schema newer than this code knows, upgrades an
+older one when allowed, and recognises a database made before migrations existed
+(tables but no version row) as revision 0001.
 """
 
 from __future__ import annotations
@@ -110,14 +110,3 @@ def prepare_schema(conn: Connection, upgrade: bool | None) -> None:
             head=head,
         )
     migrate(conn)
-
-
-async def upgrade(url: str, revision: str = "head") -> str:
-    """Upgrade the database at ``url`` to ``revision``; return the revision reached."""
-    from reactq.shared.state.sql import SqlStateStore
-
-    store = SqlStateStore(url, upgrade=False)
-    try:
-        return await store.migrate(revision)
-    finally:
-        await store.close()

@@ -31,6 +31,7 @@ from sqlalchemy.pool import StaticPool
 
 from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
+from reactq.shared.state import migrate as schema
 from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import (
     TRUNK,
@@ -151,36 +152,33 @@ class SqlStateStore:
         Raises SchemaVersionError for a schema newer than this code, or an older
         one this store may not upgrade (``reactq db upgrade`` does).
         """
-        from reactq.shared.state.migrate import prepare_schema
 
         async def prepare(conn: AsyncConnection) -> None:
             if self.dialect == "postgresql":
                 await conn.execute(
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY}
                 )
-            await conn.run_sync(prepare_schema, self.upgrade)
+            await conn.run_sync(schema.prepare_schema, self.upgrade)
 
         await self._write(prepare)
 
     async def migrate(self, revision: str = "head") -> str:
         """Apply the schema migrations up to ``revision``; return the revision reached."""
-        from reactq.shared.state.migrate import migrate
 
         async def op(conn: AsyncConnection) -> str:
             if self.dialect == "postgresql":
                 await conn.execute(
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY}
                 )
-            return await conn.run_sync(migrate, revision)
+            return await conn.run_sync(schema.migrate, revision)
 
         return await self._write(op)
 
     async def schema_revision(self) -> str | None:
         """The database's schema revision (None for an empty database)."""
-        from reactq.shared.state.migrate import current_revision
 
         async def op(conn: AsyncConnection) -> str | None:
-            return await conn.run_sync(current_revision)
+            return await conn.run_sync(schema.current_revision)
 
         return await self._read(op)
 
@@ -485,3 +483,12 @@ async def _set_active(conn: AsyncConnection, session_id: str, branch_id: str) ->
 
 def _new_branch() -> str:
     return new_branch_id()
+
+
+async def upgrade(url: str, revision: str = "head") -> str:
+    """Upgrade the database at ``url`` to ``revision``; return the revision reached."""
+    store = SqlStateStore(url, upgrade=False)
+    try:
+        return await store.migrate(revision)
+    finally:
+        await store.close()
