@@ -8,6 +8,14 @@ in the same run on the same Redis, the same subscribers reading Redis directly
 (one XREAD BLOCK connection each, the bus's own subscribe) as the floor.
 
     .venv/bin/python bench/gateway.py --subscribers 1000 --sessions 10 --rate 20 --seconds 10
+
+``--burst N`` measures a burst instead: N events published in one round trip to
+one session that ``--subscribers`` readers watch, each reading as fast as it can.
+A reader the gateway cuts (its stream ends early) counts as cut. It reports the
+events each reader got, the readers cut and the delivery rate, beside the same
+readers on Redis directly (the floor), as a ratio::
+
+    .venv/bin/python bench/gateway.py --burst 1400 --subscribers 10
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from reactq.shared.events import (  # noqa: E402
     ThoughtEvent,
 )
 from reactq.shared.keys import Keys  # noqa: E402
+from reactq.shared.redis_client import lua_source  # noqa: E402
 from reactq.shared.turns import TurnStatus  # noqa: E402
 
 
@@ -213,12 +222,153 @@ async def run_phase(
     }
 
 
+@dataclass
+class Reader:
+    """One burst reader's count, whether its stream ended early, and when it finished."""
+
+    got: int = 0
+    cut: bool = False
+    done_at: float = 0.0
+
+
+async def burst_sse_reader(port: int, session: str, want: int, ready: asyncio.Event) -> Reader:
+    """Read an SSE stream until ``want`` events or its end (the gateway cut it)."""
+    out = Reader()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    writer.write(
+        f"GET /v1/sessions/{session}/events?after=$ HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    )
+    await writer.drain()
+    try:
+        while out.got < want:
+            line = await reader.readline()
+            if line.startswith(b"retry:"):
+                ready.set()
+            elif line.startswith(b"id: "):
+                out.got += 1
+            elif line in (b"0\r\n", b""):
+                # The last chunk (or the connection's end) before all came: cut.
+                out.cut = True
+                break
+    finally:
+        out.done_at = time.monotonic()
+        writer.close()
+    return out
+
+
+async def burst_redis_reader(
+    bus: RedisEventBus, session: str, want: int, ready: asyncio.Event
+) -> Reader:
+    out = Reader()
+    subscription = bus.subscribe(session)
+    await subscription.start()
+    ready.set()
+    try:
+        async for _event in subscription:
+            out.got += 1
+            if out.got >= want:
+                break
+    finally:
+        out.done_at = time.monotonic()
+        await subscription.aclose()
+    return out
+
+
+async def publish_burst(redis: Redis, keys: Keys, session: str, count: int) -> None:
+    """``count`` events with the bus's own script, in one pipeline (one round trip)."""
+    script = redis.register_script(lua_source("reactq.shared.bus", "bus_publish"))
+    pipe = redis.pipeline(transaction=False)
+    events = [e for n in range(count // 7 + 1) for e in turn_events(session, n)][:count]
+    for event in events:
+        payload = event.model_dump_json(exclude={"id"})
+        await script(
+            keys=[keys.events(session), keys.channel(session)],
+            args=[max(10_000, count), payload, 600],
+            client=pipe,
+        )
+    await pipe.execute()
+
+
+async def run_burst(
+    name: str, args: argparse.Namespace, redis: Redis, keys: Keys, start_one: object
+) -> dict[str, float]:
+    session = f"bench-burst-{name}-{uuid.uuid4().hex[:6]}"
+    readies = [asyncio.Event() for _ in range(args.subscribers)]
+    tasks = [
+        asyncio.create_task(start_one(session, args.burst, ready))  # type: ignore[operator]
+        for ready in readies
+    ]
+    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
+    await asyncio.sleep(0.5)
+    t0 = time.monotonic()
+    await publish_burst(redis, keys, session, args.burst)
+    done, pending = await asyncio.wait(tasks, timeout=60)
+    for task in pending:
+        task.cancel()
+    readers: list[Reader] = [t.result() for t in done]
+    readers += [Reader(cut=True) for _ in pending]
+    await redis.delete(keys.events(session))
+    got = sorted(r.got for r in readers)
+    elapsed = max((r.done_at for r in readers if r.done_at), default=t0) - t0
+    return {
+        "min": got[0],
+        "median": got[len(got) // 2],
+        "max": got[-1],
+        "cut": sum(r.cut for r in readers),
+        "delivered": sum(got),
+        "events_per_s": sum(got) / max(elapsed, 1e-9),
+        "elapsed_s": elapsed,
+    }
+
+
+async def bench_burst(
+    args: argparse.Namespace, namespace: str, proc: subprocess.Popen[bytes], port: int
+) -> None:
+    keys = Keys(namespace)
+    redis = Redis.from_pool(
+        BlockingConnectionPool.from_url(
+            args.redis, max_connections=args.subscribers + 50, timeout=30, socket_timeout=10
+        )
+    )
+    bus = RedisEventBus(redis, keys, block_ms=2000)
+    try:
+        await wait_http(port, proc)
+
+        async def via_gateway(session: str, want: int, ready: asyncio.Event) -> Reader:
+            return await burst_sse_reader(port, session, want, ready)
+
+        async def via_redis(session: str, want: int, ready: asyncio.Event) -> Reader:
+            return await burst_redis_reader(bus, session, want, ready)
+
+        gateway = await run_burst("gateway", args, redis, keys, via_gateway)
+        rss, peak = rss_mb(proc.pid)
+        floor = await run_burst("redis", args, redis, keys, via_redis)
+    finally:
+        await bus.close()
+        await redis.aclose()
+    print(
+        f"a burst of {args.burst} events (one pipeline) to {args.subscribers} readers "
+        "of one session"
+    )
+    print(f"{'':24}{'events per reader min/median/max':>34}{'cut':>6}{'events/s':>12}")
+    for name, r in (("one gateway process", gateway), ("Redis directly (floor)", floor)):
+        spread = f"{r['min']:.0f}/{r['median']:.0f}/{r['max']:.0f}"
+        print(f"{name:24}{spread:>34}{r['cut']:>6.0f}{r['events_per_s']:>12.0f}")
+    delivered = gateway["delivered"] / max(floor["delivered"], 1)
+    rate = gateway["events_per_s"] / max(floor["events_per_s"], 1e-9)
+    print(f"gateway / floor: {delivered:.0%} of the events delivered, {rate:.2f}x the rate")
+    print(f"gateway RSS after the burst: {rss:.0f} MiB (peak {peak:.0f} MiB)")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--subscribers", type=int, default=1000)
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--rate", type=float, default=20.0, help="events/s per session")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--burst", type=int, default=0, help="measure a burst of this many events instead"
+    )
     parser.add_argument(
         "--redis", default=os.environ.get("REACTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
@@ -299,7 +449,7 @@ def main() -> None:
     namespace = f"bench-gw-{uuid.uuid4().hex[:8]}"
     proc, port = start_gateway(args, namespace)
     try:
-        asyncio.run(bench(args, namespace, proc, port))
+        asyncio.run((bench_burst if args.burst else bench)(args, namespace, proc, port))
     finally:
         proc.terminate()
         proc.wait(15)

@@ -6,7 +6,8 @@ and AgentRunner (+MemoryStateStore), fifty-agent-sdk 1.12.0's AgentLoop and
 AgentRunner (+its MemoryStateStore), and neosian 1.12.2's Agent.run and
 Conversation (over a dict store). Each peer runs in a virtualenv this script
 makes under ``.reactq/bench-venvs/`` (fifty with ``mcp<2``; neosian on Python
->= 3.12), every measurement in a fresh subprocess so peak RSS is its own.
+3.12: ``$PYTHON312``, else ``python3.12`` on PATH, else one uv or pyenv knows),
+every measurement in a fresh subprocess so peak RSS is its own.
 
 Modes: ``sequential`` (fresh session each turn), ``concurrent`` (all turns at
 once, each model call sleeping ``--latency``), and ``http`` (the real openai SDK
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,19 +38,60 @@ from reactq.worker.agent.llm.replies import Reply  # noqa: E402
 from reactq.worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
 
 VENVS = ROOT / ".reactq" / "bench-venvs"
-PY312 = "/root/.pyenv/versions/3.12.1/bin/python"
 PEERS: dict[str, dict[str, Any]] = {
     "fifty": {
-        "python": sys.executable,
+        "python": lambda: sys.executable,
         "requirements": ["fifty-agent-sdk==1.12.0", "mcp<2"],
         "runner": "fifty_runner.py",
     },
     "neosian": {
-        "python": PY312 if Path(PY312).exists() else "python3.12",
+        "python": lambda: find_python("3.12"),
         "requirements": ["neosian==1.12.2"],
         "runner": "neosian_runner.py",
     },
 }
+
+
+def _is_python(executable: str, version: str) -> bool:
+    try:
+        out = subprocess.run(
+            [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version
+
+
+def find_python(version: str) -> str:
+    """A Python ``version`` interpreter: ``$PYTHON312`` (for 3.12), ``python3.12`` on
+    PATH, or one that uv or pyenv knows; SystemExit saying how to provide one."""
+    variable = "PYTHON" + version.replace(".", "")
+    chosen = os.environ.get(variable)
+    if chosen:
+        if not _is_python(chosen, version):
+            raise SystemExit(f"bench.kernel: {variable}={chosen!r} is not a Python {version}")
+        return chosen
+    candidates = [shutil.which(f"python{version}")]
+    # A version manager's interpreters, when one is installed (a pyenv shim on PATH
+    # fails unless that version is selected).
+    for finder in (
+        ["uv", "python", "find", version],
+        ["pyenv", "whence", "--path", f"python{version}"],
+    ):
+        if shutil.which(finder[0]):
+            found = subprocess.run(finder, capture_output=True, text=True)
+            candidates += found.stdout.split() if found.returncode == 0 else []
+    for candidate in candidates:
+        if candidate and _is_python(candidate, version):
+            return candidate
+    raise SystemExit(
+        f"bench.kernel: the neosian peer needs Python {version} and none was found: "
+        f"set {variable}=/path/to/python{version}, put python{version} on PATH, "
+        f"or install it with uv (uv python install {version})"
+    )
 
 
 def bench_handler(request: dict[str, Any]) -> Reply:
@@ -70,7 +113,7 @@ def ensure_venv(name: str) -> Path:
     if marker.exists() and marker.read_text() == wanted:
         return python
     print(f"[setup] creating {venv} ({wanted})", file=sys.stderr, flush=True)
-    subprocess.run([spec["python"], "-m", "venv", str(venv)], check=True)
+    subprocess.run([spec["python"](), "-m", "venv", str(venv)], check=True)
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", *spec["requirements"]],
         check=True,

@@ -12,14 +12,10 @@ directory first)::
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from reactq import Agent, ToolMode, tool
 from reactq.demo.weather import get_weather as look_up
-from reactq.shared.settings import Settings
-from reactq.worker.cli import ensure_model_endpoint
-from reactq.worker.local import run_local_turn
 
 
 @tool()
@@ -47,16 +43,15 @@ agent = Agent(
 
 
 def main() -> int:
-    """Run one turn of ``agent`` with the question on the command line."""
+    """Run one turn of ``agent`` in-process with the question on the command line.
+
+    The same as ``reactq run QUESTION --agents examples.weather:agent``: SQLite
+    state, no broker, and the offline demo model when no endpoint is configured.
+    """
+    from reactq.cli import main as reactq
+
     question = " ".join(sys.argv[1:]) or "What's the weather in Paris?"
-    server = ensure_model_endpoint({agent.name: agent})
-    try:
-        final = asyncio.run(run_local_turn(Settings.from_env(), agent, "example", question))
-    finally:
-        if server is not None:
-            server.stop()
-    print(final.text)
-    return 0 if final.status == "completed" else 1
+    return reactq(["run", question, "--agents", f"{__name__}:agent"])
 
 
 if __name__ == "__main__":

@@ -7,14 +7,12 @@ imports ``worker``.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
-from celery import Celery
 from redis.asyncio import Redis
 
+from reactq.shared.audit import audit_sink_for
 from reactq.shared.bus import RedisEventBus
 from reactq.shared.errors import (
     AgentMismatchError,
@@ -24,10 +22,15 @@ from reactq.shared.errors import (
     UnknownAgentError,
 )
 from reactq.shared.events import Event, FinalEvent, QueuedEvent
-from reactq.shared.keys import DRAIN_TASK, Keys
+from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage
+from reactq.shared.protocol import endings
+from reactq.shared.protocol.control import CancelMode, notify_cancel
+from reactq.shared.protocol.dispatch import Dispatcher
+from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
+from reactq.shared.protocol.queue import SessionQueue
+from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.redis_client import connect
-from reactq.shared.sessions import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, StateStore, open_store
 from reactq.shared.turns import (
@@ -38,20 +41,7 @@ from reactq.shared.turns import (
     validate_session_id,
 )
 
-
-@dataclass(frozen=True)
-class CancelResult:
-    """What ``Producer.cancel`` did."""
-
-    turn_id: str
-    """The turn asked about."""
-    outcome: str
-    """``cancelled`` (it was queued), ``cancelling`` (it stops at its next step),
-    ``already_finished`` or ``unknown``."""
-    session_id: str | None = None
-    """Its session, when known."""
-    status: TurnStatus | None = None
-    """Its status after the call, when known."""
+__all__ = ["CancelResult", "Producer", "TurnHandle"]
 
 
 class TurnHandle:
@@ -115,7 +105,8 @@ class Producer:
             self.settings.session_meta_ttl_seconds,
             dispatch_grace_seconds=self.settings.lease_ttl_seconds,
         )
-        self._celery: Celery | None = None
+        self.registry = WorkerRegistry(self.redis, self.keys)
+        self.dispatcher = Dispatcher(self.settings)
         self._store: StateStore | None = None
         self._store_lock = asyncio.Lock()
 
@@ -136,24 +127,7 @@ class Producer:
             await self._store.close()
         if self._owns_redis:
             await self.redis.aclose()
-        if self._celery is not None:
-            await asyncio.to_thread(self._celery.close)
-
-    def _celery_app(self) -> Celery:
-        if self._celery is None:
-            app = Celery("reactq-producer", broker=self.settings.effective_broker_url)
-            app.conf.update(
-                task_serializer="json",
-                accept_content=["json"],
-                broker_connection_retry_on_startup=True,
-                task_ignore_result=True,
-            )
-            if self.settings.tracing:
-                from reactq.shared.tracing import instrument_publishing
-
-                instrument_publishing()  # the trace rides in the message headers
-            self._celery = app
-        return self._celery
+        await self.dispatcher.close()
 
     async def submit(
         self,
@@ -180,7 +154,7 @@ class Producer:
             raise InvalidTurnError(
                 f"unknown strategy {strategy!r}: use one of {choices}", strategy=str(strategy)
             ) from None
-        if not await self.queue.agent_known(agent):
+        if not await self.registry.agent_known(agent):
             raise UnknownAgentError(
                 f"no worker hosts agent {agent!r}: start one with "
                 f"`reactq worker --agents MODULE:ATTR` (namespace {self.settings.namespace!r})",
@@ -194,51 +168,29 @@ class Producer:
             metadata=metadata or {},
         )
         outcome = await self.queue.submit(turn)
-        if outcome.status == "agent_mismatch":
+        if outcome.status is SubmitStatus.AGENT_MISMATCH:
             raise AgentMismatchError(
-                f"session {session_id!r} belongs to agent {outcome.detail!r}, not {agent!r}",
+                f"session {session_id!r} belongs to agent {outcome.session_agent!r}, not {agent!r}",
                 session_id=session_id,
-                agent=outcome.detail,
+                agent=outcome.session_agent,
             )
-        if outcome.status == "rejected":
-            await self._publish_rejection(turn)
+        if outcome.status is SubmitStatus.REJECTED:
+            await endings.rejected(self.bus, turn)
             raise TurnRejectedError(
                 f"session {session_id!r} is busy and the strategy is 'reject'",
                 turn_id=turn.turn_id,
             )
-        if outcome.stopped_running:
-            await self._notify_cancel(outcome.stopped_running, strategy.value)
+        if outcome.stopped_running is not None:
+            mode = CancelMode(strategy.value)  # interrupt or rollback
+            await notify_cancel(self.redis, self.keys, outcome.stopped_running, mode)
         for dropped in outcome.dropped_pending:
-            await self._publish_cancelled(session_id, dropped, f"superseded by {turn.turn_id}")
+            await endings.cancelled(self.bus, session_id, dropped, f"superseded by {turn.turn_id}")
         queued = await self.bus.publish(
             QueuedEvent(session_id=session_id, turn_id=turn.turn_id, agent=agent, message=message)
         )
-        # A turn queued behind others needs no drain task of its own: the one
-        # sent for the first of them, or the lease holder's recheck, reaches it
-        # (and the session's deadline covers a drain task lost with its worker).
-        if outcome.detail == "1":
-            await asyncio.to_thread(
-                self._celery_app().send_task,
-                DRAIN_TASK,
-                args=[session_id],
-                queue=self.keys.queue(agent),
-            )
+        if outcome.needs_dispatch:
+            await self.dispatcher.drain(session_id, agent)
         return TurnHandle(self, turn, queued)
-
-    async def _publish_rejection(self, turn: TurnRequest) -> None:
-        sid, tid = turn.session_id, turn.turn_id
-        await self.bus.publish(
-            QueuedEvent(session_id=sid, turn_id=tid, agent=turn.agent, message=turn.message)
-        )
-        await self.bus.publish(
-            FinalEvent(
-                session_id=sid,
-                turn_id=tid,
-                seq=1,
-                text="rejected: the session already has a turn in progress",
-                status=TurnStatus.REJECTED,
-            )
-        )
 
     async def cancel(self, turn_id: str) -> CancelResult:
         """Cancel a turn: a queued one at once, a running one at its next step.
@@ -248,35 +200,13 @@ class Producer:
         """
         session_id = await self.queue.session_of(turn_id)
         if session_id is None:
-            return CancelResult(turn_id, "unknown")
-        outcome = await self.queue.cancel(session_id, turn_id)
-        if outcome == "dequeued":
-            await self._publish_cancelled(session_id, turn_id, "cancelled before it started")
-            return CancelResult(turn_id, "cancelled", session_id, TurnStatus.CANCELLED)
-        if outcome == "running":
-            await self._notify_cancel(turn_id, "cancel")
-            return CancelResult(turn_id, "cancelling", session_id, TurnStatus.RUNNING)
-        if outcome.startswith("finished:"):
-            status = TurnStatus(outcome.partition(":")[2])
-            return CancelResult(turn_id, "already_finished", session_id, status)
-        return CancelResult(turn_id, "unknown", session_id)
-
-    async def _notify_cancel(self, turn_id: str, mode: str) -> None:
-        """Tell every worker process (one control channel) to stop a running turn."""
-        notice = json.dumps({"op": "cancel", "turn_id": turn_id, "mode": mode})
-        await self.redis.publish(self.keys.control, notice)
-
-    async def _publish_cancelled(self, session_id: str, turn_id: str, why: str) -> None:
-        await self.bus.publish(
-            FinalEvent(
-                session_id=session_id,
-                turn_id=turn_id,
-                attempt=0,
-                seq=1,
-                text=f"cancelled: {why}",
-                status=TurnStatus.CANCELLED,
-            )
-        )
+            return CancelResult(turn_id, CancelOutcome.UNKNOWN)
+        result = await self.queue.cancel(session_id, turn_id)
+        if result.outcome is CancelOutcome.CANCELLED:
+            await endings.cancelled(self.bus, session_id, turn_id, "cancelled before it started")
+        elif result.outcome is CancelOutcome.CANCELLING:
+            await notify_cancel(self.redis, self.keys, turn_id, CancelMode.CANCEL)
+        return result
 
     def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
         """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""
@@ -332,8 +262,6 @@ class Producer:
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every event of a turn (all attempts) from the audit log, long after its Redis
         stream expired. Needs a SQL state store (the audit log lives beside it)."""
-        from reactq.shared.audit import audit_sink_for
-
         sink = audit_sink_for(await self.store())
         if sink is None:
             raise ConfigError(

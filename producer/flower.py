@@ -2,18 +2,21 @@
 
 Flower shows the workers, the ``reactq.drain`` tasks and their runtimes (from
 the task events every reactq worker sends). ``REACTQ_FLOWER_AUTH``
-(``user:password``, comma-separated for several) turns on basic auth; it is
-handed to Flower through its environment, never on the command line, where
-``ps`` would show it.
+(``user:password``, comma-separated for several) turns on basic auth: Flower
+runs in this process, so it gets the pairs as its ``--basic-auth`` option in the
+arguments handed to it here, never on a command line, where ``ps`` would show
+them (nor in the environment, which reactq leaves to ``Settings`` to read).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import sys
 
+from celery import Celery
+
 from reactq.shared.errors import ConfigError
+from reactq.shared.logs import configure_logging
 from reactq.shared.settings import Settings
 
 __all__ = ["flower_app_argv", "run_flower"]
@@ -28,20 +31,24 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def flower_app_argv(address: str, port: int, url_prefix: str = "") -> list[str]:
-    """The arguments of Celery's ``flower`` command for this address and port."""
+def flower_app_argv(
+    address: str, port: int, url_prefix: str = "", basic_auth: str | None = None
+) -> list[str]:
+    """The arguments of Celery's ``flower`` command for this address and port.
+
+    ``basic_auth`` (``user:password``, comma-separated) is a secret: hand the
+    list to ``Celery.start`` in this process, never to a child's command line.
+    """
     argv = ["flower", f"--address={address}", f"--port={port}"]
     if url_prefix:
         argv.append(f"--url_prefix={url_prefix.strip('/')}")
+    if basic_auth:
+        argv.append(f"--basic-auth={basic_auth}")
     return argv
 
 
 def run_flower(address: str, port: int, *, url_prefix: str = "", insecure: bool = False) -> int:
     """Run Flower until interrupted; 2 when an unauthenticated public bind is refused."""
-    from celery import Celery
-
-    from reactq.shared.logs import configure_logging
-
     settings = Settings.from_env()
     configure_logging(settings)
     if settings.flower_auth is None and not _is_loopback(address) and not insecure:
@@ -55,8 +62,6 @@ def run_flower(address: str, port: int, *, url_prefix: str = "", insecure: bool 
         import flower  # noqa: F401
     except ImportError:
         raise ConfigError("Flower is not installed: pip install 'reactq[flower]'") from None
-    if settings.flower_auth is not None:
-        os.environ["FLOWER_BASIC_AUTH"] = settings.flower_auth.get_secret_value()
     app = Celery("reactq", broker=settings.effective_broker_url, set_as_current=False)
     app.conf.update(
         accept_content=["json"],
@@ -64,5 +69,6 @@ def run_flower(address: str, port: int, *, url_prefix: str = "", insecure: bool 
         # The pool's visibility timeout, so Flower's view of the broker matches the workers'.
         broker_transport_options={"visibility_timeout": 6 * 3600},
     )
-    code = app.start(flower_app_argv(address, port, url_prefix))
+    auth = settings.flower_auth.get_secret_value() if settings.flower_auth else None
+    code = app.start(flower_app_argv(address, port, url_prefix, auth))
     return int(code or 0)

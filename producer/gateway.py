@@ -1,8 +1,10 @@
 """The HTTP gateway: turns in and events out for services in any language.
 
 An ASGI app (FastAPI); ``reactq serve`` runs it under uvicorn, and
-``uvicorn producer.gateway:app`` works too. It is stateless: run as many as you
-like behind a load balancer, and any of them can stream any session.
+``uvicorn reactq.producer.gateway:app`` works too (without API keys it then
+answers loopback clients only; ``reactq serve`` also gives request heads a
+deadline). It is stateless: run as many as you like behind a load balancer, and
+any of them can stream any session.
 
 ::
 
@@ -35,7 +37,13 @@ from starlette.background import BackgroundTask
 from starlette.middleware.cors import CORSMiddleware
 
 from reactq.producer.client import Producer
-from reactq.producer.gateway_errors import ERROR_RESPONSES, GatewayError, install_error_handlers
+from reactq.producer.gateway_errors import (
+    ERROR_RESPONSES,
+    SUBMIT_REFUSALS,
+    GatewayError,
+    install_error_handlers,
+    state_store_errors,
+)
 from reactq.producer.gateway_fanout import Fanout
 from reactq.producer.gateway_models import (
     CancelAccepted,
@@ -45,11 +53,13 @@ from reactq.producer.gateway_models import (
     TurnCreate,
     TurnInfo,
 )
-from reactq.producer.gateway_security import ApiKeys, BodyLimit
+from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
 from reactq.producer.gateway_sse import event_stream
 from reactq.producer.gateway_turns import find_turn, readiness
 from reactq.producer.metrics import install_metrics
+from reactq.shared.logs import configure_logging
 from reactq.shared.messages import ChatMessage
+from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.settings import Settings
 from reactq.shared.turns import SESSION_ID_RE, TurnStatus
 
@@ -65,6 +75,9 @@ SessionId = Annotated[
 ]
 TurnId = Annotated[str, PathParam(pattern=TURN_ID_PATTERN, description="The turn's id")]
 
+GUARDED_PATHS = ("/v1", "/metrics")
+"""Paths that want an API key (when keys are configured)."""
+
 _bearer = HTTPBearer(auto_error=False, description="One of the keys in REACTQ_API_KEYS")
 
 
@@ -76,7 +89,12 @@ class Gateway:
         self.keys = ApiKeys(settings.api_keys)
         self.producer = Producer(settings)
         self.pubsub_redis: Redis = Redis.from_url(settings.redis_url)
-        self.fanout = Fanout(self.pubsub_redis, self.producer.keys, settings.sse_client_buffer)
+        self.fanout = Fanout(
+            self.pubsub_redis,
+            self.producer.keys,
+            settings.sse_client_buffer,
+            settings.sse_client_buffer_bytes,
+        )
 
     async def start(self) -> None:
         """Open the pub/sub connection (retrying in the background if Redis is down)."""
@@ -107,7 +125,9 @@ async def _require_key(
 ) -> None:
     if not gateway.keys.accepts(credentials.credentials if credentials else None):
         raise GatewayError(
-            401, "unauthorized", "a valid API key is required: send 'Authorization: Bearer KEY'"
+            "a valid API key is required: send 'Authorization: Bearer KEY'",
+            status=401,
+            error_code="unauthorized",
         )
 
 
@@ -119,7 +139,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_require_key)], responses
     status_code=202,
     response_model=TurnAccepted,
     summary="Submit a turn",
-    responses={409: ERROR_RESPONSES[409], 413: ERROR_RESPONSES[413], 501: ERROR_RESPONSES[501]},
+    responses={409: ERROR_RESPONSES[409], **SUBMIT_REFUSALS, 501: ERROR_RESPONSES[501]},
 )
 async def submit_turn(session_id: SessionId, body: TurnCreate, gateway: GatewayDep) -> TurnAccepted:
     """Validate and enqueue a turn; 409 when the strategy rejects it."""
@@ -178,11 +198,15 @@ async def stream_events(
     if turn_id is not None:
         found = await gateway.producer.queue.turn_status(turn_id)
         if found is None or found[0] != session_id:
-            raise GatewayError(404, "turn_not_found", "no such turn in this session")
+            raise GatewayError(
+                "no such turn in this session", status=404, error_code="turn_not_found"
+            )
     try:
         listener = await gateway.fanout.attach(session_id)
     except (RuntimeError, TimeoutError) as exc:
-        raise GatewayError(503, "unavailable", "live events are unavailable; retry") from exc
+        raise GatewayError(
+            "live events are unavailable; retry", status=503, error_code="unavailable"
+        ) from exc
     body = event_stream(
         gateway.producer.redis,
         gateway.producer.keys,
@@ -205,7 +229,7 @@ async def stream_events(
     "/sessions/{session_id}/messages",
     response_model=list[ChatMessage],
     summary="A session's conversation",
-    responses={404: ERROR_RESPONSES[404]},
+    responses={404: ERROR_RESPONSES[404], 503: ERROR_RESPONSES[503]},
 )
 async def session_messages(
     session_id: SessionId,
@@ -216,10 +240,11 @@ async def session_messages(
     ] = None,
 ) -> list[ChatMessage]:
     """The messages of one branch of the session, oldest first."""
-    store = await gateway.producer.store()
-    if await store.get_session(session_id) is None:
-        raise GatewayError(404, "session_not_found", "no such session")
-    return await store.get_messages(session_id, branch_id=branch)
+    with state_store_errors():
+        store = await gateway.producer.store()
+        if await store.get_session(session_id) is None:
+            raise GatewayError("no such session", status=404, error_code="session_not_found")
+        return await store.get_messages(session_id, branch_id=branch)
 
 
 @router.get(
@@ -232,7 +257,7 @@ async def turn_info(turn_id: TurnId, gateway: GatewayDep) -> TurnInfo:
     """Status, latest attempt and (once ended) the final event of a recent turn."""
     info = await find_turn(gateway.producer, turn_id)
     if info is None:
-        raise GatewayError(404, "turn_not_found", "no such turn")
+        raise GatewayError("no such turn", status=404, error_code="turn_not_found")
     return info
 
 
@@ -248,18 +273,24 @@ async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
     cancel = getattr(gateway.producer, "cancel", None)
     if cancel is None:
         raise GatewayError(
-            501, "not_implemented", "cancellation is not available in this version of reactq"
+            "cancellation is not available in this version of reactq",
+            status=501,
+            error_code="not_implemented",
         )
     result = await cancel(turn_id)
-    if result.outcome == "unknown" or result.session_id is None:
-        raise GatewayError(404, "turn_not_found", "no such turn")
+    if result.outcome is CancelOutcome.UNKNOWN or result.session_id is None:
+        raise GatewayError("no such turn", status=404, error_code="turn_not_found")
     return CancelAccepted(
         turn_id=turn_id, session_id=result.session_id, outcome=result.outcome, status=result.status
     )
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The gateway as an ASGI app, configured from ``settings`` (default: the env)."""
+def create_app(settings: Settings | None = None, *, insecure: bool = False) -> FastAPI:
+    """The gateway as an ASGI app, configured from ``settings`` (default: the env).
+
+    Without API keys it serves loopback clients only (403 for others) unless
+    ``insecure`` (``reactq serve --insecure``).
+    """
     settings = settings or Settings.from_env()
 
     @contextlib.asynccontextmanager
@@ -302,6 +333,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    # The last added runs first. From the outside in: who may call at all, CORS (so
+    # a browser can read the errors below), the key, then the body: a request is
+    # refused on its headers before any of its body is read.
+    app.add_middleware(
+        BodyLimit, limit=settings.max_request_bytes, timeout=settings.request_timeout_seconds
+    )
+    keys = ApiKeys(settings.api_keys)
+    app.add_middleware(RequireKey, keys=keys, prefixes=GUARDED_PATHS)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -310,14 +349,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             expose_headers=["Content-Type"],
         )
-    # Outermost: an oversized body is refused before anything reads it.
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    if not keys.enabled and not insecure:
+        app.add_middleware(LoopbackOnly)
     return app
 
 
 def __getattr__(name: str) -> Any:
-    # ``uvicorn producer.gateway:app`` builds the app from the environment on demand,
+    # ``uvicorn reactq.producer.gateway:app`` builds the app from the environment on demand,
     # so importing this module has no side effects.
     if name == "app":
-        return create_app()
+        settings = Settings.from_env()
+        # Run by a server directly: log like ``reactq serve``, the server's own lines
+        # included (uvicorn configured its loggers before importing this).
+        configure_logging(settings)
+        return create_app(settings)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,9 @@ a 500 that says nothing about the request (the detail goes to the log).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,6 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reactq.producer.gateway_models import ErrorBody, FieldError
@@ -47,6 +51,22 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 """The error responses, for the OpenAPI document."""
 
+SUBMIT_REFUSALS: dict[int | str, dict[str, Any]] = {
+    413: {
+        "model": ErrorBody,
+        "description": "The request body is over REACTQ_MAX_REQUEST_BYTES, or the message over "
+        "REACTQ_MAX_MESSAGE_BYTES (``field``: ``body.message``)",
+    },
+    422: {
+        "model": ErrorBody,
+        "description": "Invalid input, including input the schema allows but the pool refuses: "
+        "an agent no worker hosts (``field``: ``body.agent``), a blank message "
+        "(``body.message``); ``field`` and ``errors`` say which and why",
+    },
+}
+"""What a submit refuses beyond the schema's rules: a client (and a schema-driven
+tester) must expect 422 and 413 for a body the schema accepts."""
+
 # Caller errors of a submit -> (HTTP status, the field at fault).
 _TURN_ERRORS: list[tuple[type[ReactqError], int, str | None]] = [
     (InvalidSessionIdError, 422, "path.session_id"),
@@ -59,15 +79,33 @@ _TURN_ERRORS: list[tuple[type[ReactqError], int, str | None]] = [
 ]
 
 
-class GatewayError(Exception):
-    """An HTTP error with a stable code; the handler turns it into an ``ErrorBody``."""
+class GatewayError(ReactqError):
+    """An HTTP error the gateway answers as an ``ErrorBody``.
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
+    ``status`` is the HTTP status and ``error_code`` the body's stable ``code``
+    (``turn_not_found``, ``unauthorized``...); ``field`` names the input at fault.
+    Message first, keywords after, like every ``ReactqError``, so it pickles.
+    """
+
+    code = "gateway_http_error"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        status: int = 500,
+        error_code: str = "internal_error",
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, error_code=error_code, field=field)
         self.status = status
-        self.code = code
-        self.message = message
+        self.error_code = error_code
         self.field = field
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``ErrorBody`` fields: the per-response code, message and field."""
+        body = {"code": self.error_code, "message": self.message}
+        return body if self.field is None else {**body, "field": self.field}
 
 
 def _json(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -81,9 +119,8 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return _json(
-        exc.status, ErrorBody(code=exc.code, message=exc.message, field=exc.field), headers
-    )
+    body = ErrorBody(code=exc.error_code, message=exc.message, field=exc.field)
+    return _json(exc.status, body, headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -121,6 +158,35 @@ async def _not_implemented(request: Request, exc: Exception) -> JSONResponse:
 async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     logger.warning("Redis unavailable: %s", exc)
     return _json(503, ErrorBody(code="unavailable", message="Redis does not answer; retry"))
+
+
+STORE_DOWN: tuple[type[Exception], ...] = (
+    OSError,
+    OperationalError,
+    InterfaceError,
+    DisconnectionError,
+    PoolTimeoutError,
+)
+"""What a state store that does not answer raises: the driver's connection error (a
+closed port is ConnectionRefusedError from asyncpg), a timeout (TimeoutError is an
+OSError), or SQLAlchemy's wrapping of either."""
+
+
+@contextlib.contextmanager
+def state_store_errors() -> Iterator[None]:
+    """Turn a state store that does not answer into a 503 ``GatewayError``, as Redis's
+    errors are (a 500 would say the gateway is broken; it is waiting on a service)."""
+    try:
+        yield
+    except STORE_DOWN as exc:
+        # The class only, no traceback: an outage, not a bug (and a message may carry
+        # the database URL).
+        logger.warning("state store unavailable: %s", type(exc).__name__)
+        raise GatewayError(
+            "the state store (REACTQ_DATABASE_URL) does not answer; retry",
+            status=503,
+            error_code="unavailable",
+        ) from exc
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

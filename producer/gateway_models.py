@@ -19,12 +19,14 @@ AGENT_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 class TurnCreate(BaseModel):
     """A turn to submit."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The docstrings describe the fields in the OpenAPI document too.
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     message: str = Field(min_length=1)
-    """The user's message (at most REACTQ_MAX_MESSAGE_BYTES bytes of UTF-8)."""
+    """The user's message: not blank, at most REACTQ_MAX_MESSAGE_BYTES bytes of UTF-8
+    (else 422 or 413)."""
     agent: str = Field(pattern=AGENT_PATTERN)
-    """The agent that runs it."""
+    """The agent that runs it: one a worker of the pool hosts (else 422)."""
     strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
     """What to do when the session is busy."""
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,12 +1,18 @@
-"""The gateway's guards: API keys, the request body limit, where it may bind.
+"""The gateway's guards: who may call it, API keys, request bodies, where it may bind.
 
 Keys are compared in constant time, against every configured key, so neither a
 key's prefix nor which key matched shows in the response time. A 401 says
 nothing about the session asked for.
+
+The guards are plain ASGI middleware that answer from the request's headers:
+a request refused (403, 401, 413) is answered before a byte of its body is read,
+and on a connection that then closes, so a client cannot make the gateway hold a
+body it will never accept. ``BodyLimit`` also gives a body a deadline (408).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -14,6 +20,39 @@ from collections.abc import Sequence
 
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Every refusal closes its connection: the rest of a body left unread cannot keep it.
+_CLOSE = (b"connection", b"close")
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    *,
+    field: str | None = None,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    """Answer an ``ErrorBody`` from ASGI middleware and close the connection (the
+    request's body, if any, is left unread)."""
+    body = {"code": code, "message": message, "errors": []}
+    if field is not None:
+        body["field"] = field
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                _CLOSE,
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
 
 
 class ApiKeys:
@@ -40,15 +79,93 @@ class ApiKeys:
             matched |= hmac.compare_digest(given, key)
         return matched
 
+    def bearer_accepted(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        """``accepts`` for a request's raw headers (``Authorization: Bearer KEY``)."""
+        if not self._keys:
+            return True
+        for name, value in headers:
+            if name.lower() == b"authorization":
+                scheme, _, token = value.decode("latin-1").strip().partition(" ")
+                return scheme.lower() == "bearer" and self.accepts(token.strip())
+        return False
+
 
 def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1, and 127.x
+    mapped into IPv6, as a dual-stack socket reports an IPv4 client)."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+class LoopbackOnly:
+    """ASGI middleware of a gateway without API keys: only loopback clients are served.
+
+    Any other client gets 403 saying to set REACTQ_API_KEYS, whatever server runs
+    the app (``reactq serve`` refuses such a bind; ``uvicorn ... --host 0.0.0.0``
+    does not). The client is the address the server reports: behind a reverse proxy
+    uvicorn trusts (``--forwarded-allow-ips``, 127.0.0.1 by default) it is the
+    forwarded one, so a proxy does not make every client local. A request with no
+    client address (a Unix socket, usually behind a proxy) is refused too.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            client = scope.get("client")
+            if client is None or not is_loopback(str(client[0])):
+                await send_error(
+                    send,
+                    403,
+                    "loopback_only",
+                    "this gateway has no API keys, so it serves loopback clients only: set "
+                    "REACTQ_API_KEYS=key1,key2 (clients send 'Authorization: Bearer KEY')",
+                )
+                return
+        await self.app(scope, receive, send)
+
+
+class RequireKey:
+    """ASGI middleware: a request under a guarded path without a valid key gets 401
+    from its headers alone, before its body is read.
+
+    The routes check the key too (``Depends``), which documents it in OpenAPI; this
+    is what keeps an unauthenticated client from making the gateway read its body.
+    """
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys, prefixes: Sequence[str]) -> None:
+        self.app = app
+        self.keys = keys
+        self.prefixes = tuple(prefixes)
+
+    def guards(self, path: str) -> bool:
+        """True when ``path`` wants a key."""
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.prefixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and self.keys.enabled
+            and self.guards(scope["path"])
+            and not self.keys.bearer_accepted(scope["headers"])
+        ):
+            await send_error(
+                send,
+                401,
+                "unauthorized",
+                "a valid API key is required: send 'Authorization: Bearer KEY'",
+                headers=[(b"www-authenticate", b"Bearer")],
+            )
+            return
+        await self.app(scope, receive, send)
 
 
 def check_bind(host: str, keys: ApiKeys, insecure: bool) -> str | None:
@@ -61,36 +178,72 @@ def check_bind(host: str, keys: ApiKeys, insecure: bool) -> str | None:
     )
 
 
+def _declares_body(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
 class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes gets 413 before it is parsed.
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before it is parsed,
+    one that takes over ``timeout`` seconds to arrive gets 408.
 
     A declared Content-Length over the limit is refused without reading; a chunked
-    body is read up to the limit and refused as soon as it passes it.
+    body is read up to the limit and refused as soon as it passes it. GET, HEAD and
+    OPTIONS bodies are never read: their response closes the connection instead,
+    so the rest of such a body cannot keep it open.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout: float = 10.0) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            if not _declares_body(scope["headers"]):
+                await self.app(scope, receive, send)
+                return
+
+            async def closing(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), _CLOSE]}
+                await send(message)
+
+            await self.app(scope, receive, closing)
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
+            await self._too_large(send)
             return
         body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > self.limit:
-                await self._refuse(send)
-                return
-            if not message.get("more_body", False):
-                break
+        try:
+            # One deadline for the whole body: a byte now and then does not extend it.
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    if len(body) > self.limit:
+                        await self._too_large(send)
+                        return
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await send_error(
+                send,
+                408,
+                "request_timeout",
+                f"the request body did not arrive within {self.timeout:g} s "
+                "(REACTQ_REQUEST_TIMEOUT_SECONDS)",
+                field="body",
+            )
+            return
         sent = False
 
         async def replay() -> Message:
@@ -102,25 +255,11 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        payload = json.dumps(
-            {
-                "code": "request_too_large",
-                "message": f"the request body is over the limit of {self.limit} bytes "
-                "(REACTQ_MAX_REQUEST_BYTES)",
-                "field": "body",
-                "errors": [],
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
+    async def _too_large(self, send: Send) -> None:
+        await send_error(
+            send,
+            413,
+            "request_too_large",
+            f"the request body is over the limit of {self.limit} bytes (REACTQ_MAX_REQUEST_BYTES)",
+            field="body",
         )
-        await send({"type": "http.response.body", "body": payload})

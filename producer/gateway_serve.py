@@ -1,11 +1,98 @@
-"""``reactq serve``: the gateway under uvicorn, refusing an unsafe bind."""
+"""``reactq serve``: the gateway under uvicorn, refusing an unsafe bind.
+
+uvicorn gives a request's headers no deadline: a client that connects and sends
+nothing, or half a request head, holds its connection for ever. ``reactq serve``
+runs uvicorn's h11 protocol with one (``REACTQ_REQUEST_TIMEOUT_SECONDS``, counted
+from the connection, or from the end of the previous response on a kept-alive
+one). The body's deadline is the app's own (``BodyLimit``), so it holds under any
+server. uvicorn's loggers log through reactq's handler (``uvicorn_log_config``).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
 from reactq.producer.gateway_security import ApiKeys, check_bind
+from reactq.shared.logs import uvicorn_log_config
 from reactq.shared.settings import Settings
+
+MAX_HEAD_BYTES = 16 * 1024
+"""Largest request head (request line and headers) accepted; larger ones get 400."""
+
+
+class DeadlineH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, with a deadline for each request's head.
+
+    The timer runs while the connection waits for a request head (h11's client
+    state is IDLE): from the connection, and again from each response's end. A
+    client that sent part of a head by then gets 408; an idle one is closed.
+    """
+
+    head_timeout: float = 10.0
+    """Seconds a client has to send a request head (set by ``protocol_with_deadline``)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._watch_head()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch_head()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _watch_head(self) -> None:
+        waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+        if not waiting:
+            self._stop_head_timer()
+        elif self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+            return
+        if self.conn.trailing_data[0]:
+            # Part of a head arrived: say why the connection ends. Written by hand, since
+            # h11 has no request to answer yet.
+            body = json.dumps(
+                {
+                    "code": "request_timeout",
+                    "message": f"the request head did not arrive within {self.head_timeout:g} s "
+                    "(REACTQ_REQUEST_TIMEOUT_SECONDS)",
+                    "errors": [],
+                }
+            ).encode()
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\n".encode()
+                + b"connection: close\r\n\r\n"
+                + body
+            )
+        self.transport.close()
+
+
+def protocol_with_deadline(head_timeout: float) -> type[DeadlineH11Protocol]:
+    """``DeadlineH11Protocol`` with its head deadline set (uvicorn takes a class)."""
+    return type("GatewayH11Protocol", (DeadlineH11Protocol,), {"head_timeout": float(head_timeout)})
 
 
 def serve(host: str, port: int, *, insecure: bool = False, log_level: str = "info") -> int:
@@ -27,11 +114,18 @@ def serve(host: str, port: int, *, insecure: bool = False, log_level: str = "inf
             file=sys.stderr,
             flush=True,
         )
+    timeout = settings.request_timeout_seconds
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, insecure=insecure),
         host=host,
         port=port,
         log_level=log_level,
+        # uvicorn's loggers propagate to reactq's handler (JSON or text, redacted).
+        log_config=uvicorn_log_config(),
+        http=protocol_with_deadline(timeout),
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        # An idle kept-alive connection is closed after this (or the head deadline).
+        timeout_keep_alive=max(1, min(5, round(timeout))),
         # Event streams never end on their own: give them a moment, then close them.
         timeout_graceful_shutdown=3,
     )

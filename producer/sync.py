@@ -20,7 +20,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, TypeVar
 
-from reactq.producer.client import Producer, TurnHandle
+from reactq.producer.client import CancelResult, Producer, TurnHandle
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
@@ -154,7 +154,7 @@ class SyncProducer:
         finally:
             iterator.close()
 
-    def cancel(self, turn_id: str) -> Any:
+    def cancel(self, turn_id: str) -> CancelResult:
         """Cancel a turn (see ``Producer.cancel``)."""
         return self._loop.run(self.producer.cancel(turn_id))
 

@@ -1,5 +1,242 @@
-"""reactq: ReAct agents as a horizontally scaled Celery worker pool."""
+"""reactq: ReAct agents as a horizontally scaled Celery worker pool.
 
-from reactq.worker import Agent, ToolMode, tool
+Every public name is importable from here (``from reactq import Agent, tool,
+Producer``); docs/api.md lists them by group and says which modules are
+implementation detail. The optional extras load on first use and fail with an
+ImportError naming the extra: ``MCPClient`` and ``MCPProvider`` need
+``reactq[mcp]``; ``GatewayClient``, ``GatewayRequestError`` and ``create_app``
+need ``reactq[gateway]``. Fakes for your own tests live in ``reactq.testing``.
+"""
 
-__all__ = ["Agent", "ToolMode", "tool"]
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from reactq.producer.client import CancelResult, Producer, TurnHandle
+from reactq.producer.sync import SyncProducer, SyncTurnHandle
+from reactq.shared.errors import (
+    AgentMismatchError,
+    AgentRunError,
+    BranchError,
+    BranchNotFoundError,
+    BudgetExceededError,
+    ConfigError,
+    ContextLengthExceededError,
+    EmptyMessageError,
+    EmptyResponseError,
+    InvalidSessionIdError,
+    InvalidTurnError,
+    LLMBadRequestError,
+    LLMConnectionError,
+    LLMError,
+    LLMErrorEnvelopeError,
+    LLMNoChoicesError,
+    LLMRateLimitError,
+    LLMResponseError,
+    LLMServerError,
+    LLMStreamCutError,
+    LLMUndecodableError,
+    MCPError,
+    MessageTooLargeError,
+    ParserError,
+    ReactqError,
+    SchemaVersionError,
+    SessionNotFoundError,
+    SkillError,
+    StaleLeaseError,
+    ToolDeniedError,
+    ToolError,
+    TurnRejectedError,
+    UnknownAgentError,
+)
+from reactq.shared.events import (
+    ActionEvent,
+    BaseEvent,
+    DeltaEvent,
+    ErrorEvent,
+    Event,
+    FinalEvent,
+    ObservationEvent,
+    QueuedEvent,
+    StartedEvent,
+    ThoughtEvent,
+    ToolFailedEvent,
+    UsageEvent,
+    parse_event,
+)
+from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.settings import Settings
+from reactq.shared.turns import MultitaskStrategy, TurnStatus
+from reactq.worker.agent import (
+    AgentLoop,
+    AgentRunner,
+    BeforeToolFallback,
+    CancelHandle,
+    DenyToolCall,
+    Hooks,
+    Interventions,
+    LLMClient,
+    LLMResponse,
+    LoopConfig,
+    ModelPrice,
+    OpenAICompatibleClient,
+    Registry,
+    ReplaceToolArgs,
+    RequestOptions,
+    RetryPolicy,
+    RunResult,
+    Tool,
+    ToolArgumentsError,
+    ToolCallInfo,
+    ToolContext,
+    ToolDecision,
+    ToolGate,
+    ToolMode,
+    tool,
+)
+from reactq.worker.definitions import Agent, AgentConfigError, load_agents
+
+if TYPE_CHECKING:
+    from reactq.producer.gateway import create_app
+    from reactq.producer.gateway_client import GatewayClient, GatewayRequestError
+    from reactq.worker.agent.mcp import MCPClient, MCPProvider
+
+try:
+    __version__ = version("reactq")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
+    "__version__",
+    # defining agents
+    "Agent",
+    "LoopConfig",
+    "ToolMode",
+    "load_agents",
+    # tools
+    "Registry",
+    "Tool",
+    "ToolContext",
+    "tool",
+    # interventions, the approval gate, hooks
+    "BeforeToolFallback",
+    "DenyToolCall",
+    "Interventions",
+    "ReplaceToolArgs",
+    "ToolCallInfo",
+    "ToolDecision",
+    "ToolGate",
+    "Hooks",
+    # MCP servers' tools (the mcp extra)
+    "MCPClient",
+    "MCPProvider",
+    # models and cost
+    "LLMClient",
+    "LLMResponse",
+    "ModelPrice",
+    "OpenAICompatibleClient",
+    "RequestOptions",
+    "RetryPolicy",
+    # running a turn in-process
+    "AgentLoop",
+    "AgentRunner",
+    "CancelHandle",
+    "RunResult",
+    # producing turns, reading events
+    "CancelResult",
+    "MultitaskStrategy",
+    "Producer",
+    "SyncProducer",
+    "SyncTurnHandle",
+    "TurnHandle",
+    "TurnStatus",
+    # over HTTP (the gateway extra)
+    "GatewayClient",
+    "create_app",
+    # configuration
+    "Settings",
+    # events and messages
+    "Event",
+    "BaseEvent",
+    "QueuedEvent",
+    "StartedEvent",
+    "ThoughtEvent",
+    "DeltaEvent",
+    "ActionEvent",
+    "ObservationEvent",
+    "ToolFailedEvent",
+    "UsageEvent",
+    "ErrorEvent",
+    "FinalEvent",
+    "parse_event",
+    "ChatMessage",
+    "ToolCall",
+    # errors (the tree is drawn in reactq.shared.errors)
+    "ReactqError",
+    "ConfigError",
+    "AgentConfigError",
+    "SchemaVersionError",
+    "InvalidTurnError",
+    "InvalidSessionIdError",
+    "EmptyMessageError",
+    "MessageTooLargeError",
+    "UnknownAgentError",
+    "AgentMismatchError",
+    "TurnRejectedError",
+    "StaleLeaseError",
+    "SessionNotFoundError",
+    "BranchError",
+    "BranchNotFoundError",
+    "LLMError",
+    "LLMConnectionError",
+    "LLMRateLimitError",
+    "LLMServerError",
+    "LLMBadRequestError",
+    "ContextLengthExceededError",
+    "LLMResponseError",
+    "LLMUndecodableError",
+    "LLMErrorEnvelopeError",
+    "LLMNoChoicesError",
+    "LLMStreamCutError",
+    "MCPError",
+    "SkillError",
+    "AgentRunError",
+    "ParserError",
+    "EmptyResponseError",
+    "BudgetExceededError",
+    "GatewayRequestError",
+    # signals a tool raises for the model to read (they never reach a caller)
+    "ToolError",
+    "ToolDeniedError",
+    "ToolArgumentsError",
+]
+
+# Names of the optional extras: name -> (module, extra, a module the extra installs).
+_EXTRAS: dict[str, tuple[str, str, str]] = {
+    "MCPClient": ("reactq.worker.agent.mcp", "mcp", "mcp"),
+    "MCPProvider": ("reactq.worker.agent.mcp", "mcp", "mcp"),
+    "GatewayClient": ("reactq.producer.gateway_client", "gateway", "httpx2"),
+    "GatewayRequestError": ("reactq.producer.gateway_client", "gateway", "httpx2"),
+    "create_app": ("reactq.producer.gateway", "gateway", "fastapi"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXTRAS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, extra, needs = _EXTRAS[name]
+    if importlib.util.find_spec(needs) is None:
+        raise ImportError(
+            f"reactq.{name} needs the {extra!r} extra: pip install 'reactq[{extra}]'",
+            name=needs,
+        )
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -25,8 +25,9 @@ from reactq.shared.errors import ConfigError, ReactqError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.logs import configure_logging
 from reactq.shared.settings import Settings
+from reactq.shared.tracing import configure_tracing
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
-from reactq.worker.cli import ensure_model_endpoint, host_agents, loaded_agents
+from reactq.worker.cli import host_agents, loaded_agents, model_endpoint
 from reactq.worker.local import run_local_turn
 
 GATEWAY_HELP = "go through a reactq gateway over HTTP (key from REACTQ_API_KEY) instead of Redis"
@@ -149,8 +150,7 @@ def _run(args: argparse.Namespace) -> int:
     name = args.agent or next(iter(agents))
     if name not in agents:
         raise ConfigError(f"agent {name!r} is not among the loaded ones: {', '.join(agents)}")
-    server = ensure_model_endpoint(agents)
-    try:
+    with model_endpoint(settings, agents) as settings:
         final = asyncio.run(
             run_local_turn(
                 settings,
@@ -160,9 +160,6 @@ def _run(args: argparse.Namespace) -> int:
                 on_event=lambda event: _print_event(event, args.json),
             )
         )
-    finally:
-        if server is not None:
-            server.stop()
     return 0 if final.status == TurnStatus.COMPLETED else 1
 
 
@@ -172,9 +169,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     configure_logging(settings, args.loglevel)
     if settings.tracing:
-        from reactq.shared.tracing import configure_tracing  # the otel extra
-
-        configure_tracing("reactq-gateway")
+        configure_tracing("reactq-gateway", settings)
     return serve(args.host, args.port, insecure=args.insecure, log_level=args.loglevel)
 
 

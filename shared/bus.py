@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from reactq.shared.errors import SchemaVersionError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.keys import Keys
+from reactq.shared.redis_client import lua_source
 
 logger = logging.getLogger(__name__)
 
@@ -146,12 +147,7 @@ class Subscription(AsyncIterator[Event]):
 # One round trip: append (capped), refresh the TTL, and publish the same payload
 # with its id spliced in (ARGV[2] is a JSON object without "id", so it starts
 # with "{" and has at least one field).
-_PUBLISH_LUA = """
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', KEYS[2], '{"id":"' .. id .. '",' .. string.sub(ARGV[2], 2))
-return id
-"""
+_PUBLISH_LUA = lua_source(__name__, "bus_publish")
 
 
 def _text(value: bytes | str | None) -> str:

@@ -3,7 +3,7 @@
 Each setting's meaning is its field's docstring (the model reads them with
 ``use_attribute_docstrings``), so the reference cannot drift from the code: a
 test compares the file with ``render()``. Regenerate with ``make docs`` or
-``python -m shared.config_doc --write``.
+``python -m reactq.shared.config_doc --write``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ or an event.
 FOOTER = """
 Command-line flags win over the environment where both exist (`reactq worker
 --concurrency`, `--loglevel`). Flower also honours its own `FLOWER_*`
-variables; the OpenTelemetry SDK its `OTEL_*` ones.
+variables; the OpenTelemetry SDK its `OTEL_*` ones beyond those above (headers,
+timeouts, resource attributes).
 """
 
 
@@ -87,7 +88,7 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``--write`` the reference to docs/configuration.md, ``--check`` it, else print it."""
-    parser = argparse.ArgumentParser(prog="python -m shared.config_doc")
+    parser = argparse.ArgumentParser(prog="python -m reactq.shared.config_doc")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)

@@ -13,6 +13,9 @@
     │   └── AgentMismatchError       agent_mismatch
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
+    ├── LeaseLostError               lease_lost        (the lease could not be renewed; the
+    │                                                   turn must not commit)
+    ├── EvictedError                 evicted           (a stopping worker gave the turn back)
     ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
     ├── BranchError                  branch_error      (also a ValueError: bad branch id, a fork
     │   │                                               point out of range, a duplicate branch)
@@ -38,6 +41,19 @@
     └── ToolError                    tool_error        (a tool signal the model reads; never
         │                                               escapes the loop)
         └── ToolDeniedError          tool_denied       (an intervention or the gate said no)
+
+Subclasses defined beside the code that raises them::
+
+    AgentConfigError     config_error        a ConfigError and a ValueError
+                                             (reactq.worker.definitions)
+    ToolArgumentsError   invalid_arguments   a ToolError (reactq.worker.agent.tools)
+    GatewayRequestError  gateway_error       the gateway client: a refusal it could not
+                                             map to a class here (reactq.producer.gateway_client)
+    GatewayError         gateway_http_error  the gateway's own HTTP answers, server side
+                                             (reactq.producer.gateway_errors)
+
+tests/test_error_tree.py checks that every exception the package defines is in
+this tree (a few internal control-flow signals excepted, each with its reason).
 
 Errors cross process boundaries (a Celery worker re-creates exceptions from their
 args), so every constructor takes the message first and only optional keywords,
@@ -261,3 +277,17 @@ class ToolDeniedError(ToolError):
     """A before_tool intervention or the approval gate refused the call."""
 
     code = "tool_denied"
+
+
+class LeaseLostError(ReactqError):
+    """A worker lost a session's lease mid-turn (a newer holder exists, or it could
+    not renew in time): it must not commit or end the turn, the new holder owns it."""
+
+    code = "lease_lost"
+
+
+class EvictedError(ReactqError):
+    """A worker shutting down stopped a running turn and gave it back, uncharged,
+    for another worker to run."""
+
+    code = "evicted"

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DRAIN_TASK = "reactq.drain"
-"""The Celery task a producer sends and a worker runs: ``reactq.drain(session_id)``."""
-
 
 @dataclass(frozen=True)
 class Keys:
@@ -67,7 +64,8 @@ class Keys:
 
     @property
     def lease_deadlines(self) -> str:
-        """A sorted set session_id -> lease deadline (ms), read by the reaper."""
+        """A sorted set session_id -> deadline (server ms), read by the reaper; written
+        only by ``protocol/deadlines.lua``."""
         return f"{self.namespace}:leases"
 
     @property

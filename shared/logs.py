@@ -2,7 +2,9 @@
 
 ``configure_logging(settings)`` installs one handler on the root logger, so the
 lines of reactq (``reactq.*``), Celery, uvicorn and the libraries below them all
-pass the same redaction and come out in the same format. Redaction happens on
+pass the same redaction and come out in the same format (uvicorn's loggers,
+which uvicorn gives handlers of their own, are made to propagate to it; pass
+``uvicorn_log_config()`` to uvicorn so it leaves them so). Redaction happens on
 the handler, not on a logger: a logger's filters do not see records propagated
 from its children, a handler's do.
 
@@ -17,7 +19,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,7 @@ __all__ = [
     "configure_logging",
     "log_context",
     "secrets_of",
+    "uvicorn_log_config",
 ]
 
 REDACTED = "[REDACTED]"
@@ -82,7 +84,10 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 
 def secrets_of(settings: Settings | None, environ: dict[str, str] | None = None) -> set[str]:
-    """Every secret value this process knows: secret settings and secret-named env vars."""
+    """Every secret value this process knows: secret settings and secret-named env vars.
+
+    ``environ`` defaults to this process's secret-named variables (``Settings.process_env``).
+    """
     found: set[str] = set()
     if settings is not None:
         for key in (settings.openai_api_key, settings.api_key, *settings.api_keys):
@@ -92,7 +97,7 @@ def secrets_of(settings: Settings | None, environ: dict[str, str] | None = None)
             for pair in settings.flower_auth.get_secret_value().split(","):
                 found.add(pair.strip())
                 found.add(pair.partition(":")[2].strip())
-    env = os.environ if environ is None else environ
+    env = Settings.process_env(_SECRET_ENV.search) if environ is None else environ
     for name, value in env.items():
         if _SECRET_ENV.search(name):
             found.update(v.strip() for v in value.split(","))
@@ -179,6 +184,25 @@ class _TextFormatter(logging.Formatter):
 
 _HANDLER_MARK = "_reactq_handler"
 
+# Loggers that servers configure with handlers of their own (and propagate=False),
+# which would write past reactq's redaction and format.
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+
+
+def uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's ``log_config``: its loggers without handlers of their own, propagating
+    to the root logger, where ``configure_logging`` put reactq's handler.
+
+    Without it uvicorn installs its own handlers: plain text, not redacted (an
+    access line carries the query string), tracebacks outside the JSON.
+    """
+    return {
+        "version": 1,
+        # Leave every other logger as configure_logging left it.
+        "disable_existing_loggers": False,
+        "loggers": {name: {"handlers": [], "propagate": True} for name in SERVER_LOGGERS},
+    }
+
 
 def configure_logging(
     settings: Settings | None = None,
@@ -205,4 +229,11 @@ def configure_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(level)
+    # A server that configured its loggers first (``uvicorn module:app`` does, before
+    # importing the app) would keep writing past this handler.
+    for name in SERVER_LOGGERS:
+        server_logger = logging.getLogger(name)
+        for old in list(server_logger.handlers):
+            server_logger.removeHandler(old)
+        server_logger.propagate = True
     return handler

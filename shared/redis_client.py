@@ -1,26 +1,36 @@
-"""How reactq connects to Redis: retries that ride out a restart or a failover."""
+"""How reactq talks to Redis: retries that ride out a restart or a failover, and
+the Lua scripts it runs (each a ``.lua`` file beside the module that runs it)."""
 
 from __future__ import annotations
 
+import json
+from importlib import resources
 from typing import Any
 
+import redis as redis_sync
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-NOW_MS_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-"""A Lua prelude setting ``now`` to the server's clock in ms, so that workers with
-skewed clocks agree on deadlines."""
-
 
 def text(value: Any) -> str:
     """A Redis reply (bytes or str) as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def lua_source(module: str, *names: str) -> str:
+    """The files ``<name>.lua`` beside the module named ``module`` (pass
+    ``__name__``), joined in the order given.
+
+    Preludes (files of ``local function``s and locals) come first, then the
+    script that uses them: one chunk, so one atomic call. Modules read their
+    scripts once, at import; ``Redis.register_script`` then sends only the SHA on
+    each call (and the source again only after a ``SCRIPT FLUSH``).
+    """
+    root = resources.files(module.rpartition(".")[0])
+    return "\n".join(root.joinpath(f"{name}.lua").read_text(encoding="utf-8") for name in names)
 
 
 def resilient_options() -> dict[str, Any]:
@@ -50,10 +60,6 @@ def forget_namespace(url: str, namespace: str) -> int:
     its messages left unacknowledged in kombu's shared ``unacked`` hash (kombu
     would otherwise put them back on their queues hours later). For throwaway
     namespaces: a demo's, a benchmark's, a test run's. Returns the keys removed."""
-    import json
-
-    import redis as redis_sync
-
     client = redis_sync.Redis.from_url(url)
     removed = 0
     try:

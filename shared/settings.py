@@ -1,14 +1,18 @@
-"""Every setting, read from ``REACTQ_*`` (and ``OPENAI_*``) environment variables.
+"""Every setting, read from ``REACTQ_*`` (and ``OPENAI_*``, ``OTEL_*``) environment variables.
 
 Each field's env var is ``REACTQ_<FIELD>`` unless its ``env`` extra says
 otherwise. Settings are validated at construction: a bad value raises
 ConfigError naming the variable.
+
+This is the one module that reads the process environment (a test holds every
+other module to it): others take a ``Settings``, and what a child process
+inherits comes from ``process_env`` / ``child_env`` here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -119,6 +123,29 @@ class Settings(BaseModel):
     """``user:password`` (comma-separated for several) that ``reactq flower`` asks for."""
     tracing: bool = Field(False, json_schema_extra={"env": "REACTQ_TRACING"})
     """Emit OpenTelemetry spans (submit, drain, turn, model and tool calls; ``otel`` extra)."""
+    otel_service_name: str | None = Field(None, json_schema_extra={"env": "OTEL_SERVICE_NAME"})
+    """Service name on the spans (default ``reactq-worker`` / ``reactq-gateway``)."""
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None, json_schema_extra={"env": "OTEL_EXPORTER_OTLP_ENDPOINT"}
+    )
+    """OTLP/HTTP collector spans are sent to (``/v1/traces`` is appended)."""
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        None, json_schema_extra={"env": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}
+    )
+    """Full OTLP/HTTP traces URL; wins over ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+    otel_traces_exporter: str | None = Field(
+        None, json_schema_extra={"env": "OTEL_TRACES_EXPORTER"}
+    )
+    """``console`` prints spans to stderr when no OTLP endpoint is set."""
+    sse_client_buffer_bytes: int = Field(
+        8 * 1024 * 1024, ge=1, json_schema_extra={"env": "REACTQ_SSE_CLIENT_BUFFER_BYTES"}
+    )
+    """Bytes of events the gateway holds for one slow client before disconnecting it (it may
+    resume); a single larger event still goes to a client that keeps up."""
+    request_timeout_seconds: float = Field(
+        10.0, gt=0, json_schema_extra={"env": "REACTQ_REQUEST_TIMEOUT_SECONDS"}
+    )
+    """How long a gateway client may take to send a request's headers, then its body (408)."""
 
     @property
     def effective_broker_url(self) -> str:
@@ -134,6 +161,35 @@ class Settings(BaseModel):
             env = extra.get("env") if isinstance(extra, dict) else None
             out[name] = str(env) if env else f"REACTQ_{name.upper()}"
         return out
+
+    @staticmethod
+    def process_env(select: Callable[[str], object] | None = None) -> dict[str, str]:
+        """A copy of this process's environment: the variables whose name ``select``
+        accepts, or all of them.
+
+        For what a child process inherits (an MCP server gets a safe few) and for
+        log redaction (values of secret-named variables).
+        """
+        return {k: v for k, v in os.environ.items() if select is None or select(k)}
+
+    def child_env(self, **extra: str) -> dict[str, str]:
+        """The environment of a reactq child process: this process's, these settings
+        as their variables, then ``extra``.
+
+        The child's ``Settings.from_env()`` gets these settings back, including
+        those changed in this process (the offline model's endpoint, a namespace);
+        a setting changed to None is removed.
+        """
+        env = self.process_env()
+        names = self.env_names()
+        for name in sorted(self.model_fields_set):
+            value = getattr(self, name)
+            if value is None:
+                env.pop(names[name], None)
+            else:
+                env[names[name]] = _env_value(value)
+        env.update(extra)
+        return env
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -157,3 +213,14 @@ class Settings(BaseModel):
                 f"{names.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors()
             )
             raise ConfigError(f"invalid settings: {problems}") from None
+
+
+def _env_value(value: Any) -> str:
+    """A setting as its environment variable spells it (``from_env`` reads it back)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(_env_value(v) for v in value)
+    return str(value)

@@ -9,13 +9,23 @@ span and injects it, the worker's task extracts it and opens a CONSUMER span.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from reactq.shared.errors import ConfigError
+from celery.signals import after_task_publish, before_task_publish
 
-__all__ = ["configure_tracing", "extract_context", "instrument_publishing", "tracer"]
+from reactq.shared.errors import ConfigError
+from reactq.shared.settings import Settings
+
+__all__ = [
+    "configure_tracing",
+    "extract_context",
+    "instrument_publishing",
+    "otlp_traces_endpoint",
+    "tracer",
+]
 
 TRACER_NAME = "reactq"
 _installed = threading.Lock()
@@ -72,8 +82,6 @@ def instrument_publishing() -> None:
     """Carry the current trace in every Celery message this process sends (idempotent)."""
     global _publishing
     _otel()
-    from celery.signals import after_task_publish, before_task_publish
-
     with _installed:
         if _publishing:
             return
@@ -89,16 +97,16 @@ def extract_context(carrier: Mapping[str, Any]) -> Any:
     return propagate.extract({k: v for k, v in carrier.items() if isinstance(v, str)})
 
 
-def configure_tracing(service_name: str) -> None:
+def configure_tracing(service_name: str, settings: Settings) -> None:
     """Install an SDK TracerProvider unless the application already installed one.
 
-    Spans go to OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (the
-    exporter package is in the ``otel`` extra), to stderr when
-    ``OTEL_TRACES_EXPORTER=console``; the standard ``OTEL_*`` variables apply.
+    Spans go to OTLP/HTTP when the settings name an endpoint
+    (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; the
+    exporter package is in the ``otel`` extra), to stderr with
+    ``OTEL_TRACES_EXPORTER=console``. ``OTEL_SERVICE_NAME`` wins over
+    ``service_name``; the SDK reads its other ``OTEL_*`` variables (headers,
+    timeouts) itself.
     """
-    import logging
-    import os
-
     trace = _otel()
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return  # someone (the app, a test, opentelemetry-instrument) set one up already
@@ -109,22 +117,19 @@ def configure_tracing(service_name: str) -> None:
     except ImportError:
         raise ConfigError("REACTQ_TRACING needs the SDK: pip install 'reactq[otel]'") from None
     provider = TracerProvider(
-        resource=Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name}
-        )
+        resource=Resource.create({"service.name": settings.otel_service_name or service_name})
     )
     exporter: Any = None
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-    ):
+    endpoint = otlp_traces_endpoint(settings)
+    if endpoint is not None:
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise ConfigError(
                 "OTEL_EXPORTER_OTLP_ENDPOINT needs the OTLP exporter: pip install 'reactq[otel]'"
             ) from None
-        exporter = OTLPSpanExporter()
-    elif os.environ.get("OTEL_TRACES_EXPORTER") == "console":
+        exporter = OTLPSpanExporter(endpoint=endpoint)
+    elif settings.otel_traces_exporter == "console":
         exporter = ConsoleSpanExporter()
     else:
         logging.getLogger("reactq.tracing").warning(
@@ -133,3 +138,16 @@ def configure_tracing(service_name: str) -> None:
     if exporter is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+
+
+def otlp_traces_endpoint(settings: Settings) -> str | None:
+    """The URL spans are posted to, as the OTLP spec derives it; None without an endpoint.
+
+    The traces endpoint is used as given; the general one gets ``v1/traces`` appended.
+    """
+    if settings.otel_exporter_otlp_traces_endpoint:
+        return settings.otel_exporter_otlp_traces_endpoint
+    base = settings.otel_exporter_otlp_endpoint
+    if not base:
+        return None
+    return f"{base}v1/traces" if base.endswith("/") else f"{base}/v1/traces"

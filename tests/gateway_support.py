@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -157,3 +159,147 @@ def read_until(
             if stop(message) or len(out) >= limit:
                 break
     return out
+
+
+# --- raw sockets: clients that misbehave on purpose ----------------------------------------
+
+
+@dataclass
+class RawStream:
+    """An HTTP/1.1 response read off a raw socket, its chunked body decoded by hand.
+
+    Unlike an HTTP client library it can stall (stop reading) for as long as a test
+    wants, with a receive buffer as small as the test asks for.
+    """
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    ended: bool = False
+    """True once the server ended the body (last chunk) or closed the connection."""
+    _pending: bytes = b""
+    _ready: list[dict[str, str]] = field(default_factory=list)
+
+    async def read_head(self) -> None:
+        """Read the status line and headers."""
+        line = await self.reader.readline()
+        if not line:
+            raise ConnectionError("the server closed the connection before answering")
+        self.status = int(line.split()[1])
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+
+    async def chunk(self) -> bytes | None:
+        """The next chunk of a chunked body; None at its end or when the connection closes."""
+        if self.ended:
+            return None
+        size_line = await self.reader.readline()
+        if not size_line or int(size_line.split(b";")[0], 16) == 0:
+            self.ended = True
+            return None
+        data = await self.reader.readexactly(int(size_line.split(b";")[0], 16))
+        await self.reader.readexactly(2)
+        return data
+
+    async def body(self) -> bytes:
+        """The rest of a body with a Content-Length (or up to the connection's end)."""
+        length = self.headers.get("content-length")
+        if length is not None:
+            return await self.reader.readexactly(int(length))
+        return await self.reader.read()
+
+    async def messages(self) -> list[dict[str, str]] | None:
+        """The next complete SSE messages (at least one), each as its fields (``id``,
+        ``event``, ``data``); comments and ``retry:`` are skipped; None once the stream
+        ended."""
+        while True:
+            end = self._pending.rfind(b"\n\n")
+            if end >= 0:
+                block, self._pending = self._pending[:end], self._pending[end + 2 :]
+                out = []
+                for raw in block.split(b"\n\n"):
+                    fields = {}
+                    for line in raw.decode().split("\n"):
+                        name, _, value = line.partition(": ")
+                        if name in ("id", "event", "data"):
+                            fields[name] = value
+                    if "id" in fields:
+                        out.append(fields)
+                if out:
+                    return out
+                continue
+            data = await self.chunk()
+            if data is None:
+                return None
+            self._pending += data
+
+    async def message(self) -> dict[str, str] | None:
+        """The next SSE message (see ``messages``); None once the stream ended."""
+        if not self._ready:
+            self._ready = await self.messages() or []
+        return self._ready.pop(0) if self._ready else None
+
+    def stall(self) -> None:
+        """Stop reading the socket: what the server sends piles up in the kernel's
+        buffers, then in the server."""
+        self.writer.transport.pause_reading()  # type: ignore[attr-defined]
+
+    def resume(self) -> None:
+        """Read the socket again."""
+        self.writer.transport.resume_reading()  # type: ignore[attr-defined]
+
+    async def close(self) -> None:
+        """Close the socket (without waiting for the server)."""
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+
+async def raw_request(
+    url: str,
+    request: bytes,
+    *,
+    rcvbuf: int | None = None,
+) -> RawStream:
+    """Connect to the gateway at ``url`` with a plain socket and send ``request`` as is."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        # Set before connecting, so the TCP window is small from the start.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    except BaseException:
+        sock.close()
+        raise
+    # A small buffer: a client that stops reading stops taking bytes off the socket.
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 16)
+    writer.write(request)
+    await writer.drain()
+    return RawStream(reader, writer)
+
+
+def get_request(path: str, headers: Mapping[str, str] | None = None) -> bytes:
+    """A GET request's bytes."""
+    lines = [
+        f"GET {path} HTTP/1.1",
+        "Host: gateway",
+        *(f"{k}: {v}" for k, v in (headers or {}).items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def open_stream(
+    url: str, path: str, headers: Mapping[str, str] | None = None, *, rcvbuf: int | None = None
+) -> RawStream:
+    """GET an event stream on a raw socket; returns once the gateway has attached it
+    to the live events (its first chunk, ``retry:``, has arrived)."""
+    stream = await raw_request(url, get_request(path, headers), rcvbuf=rcvbuf)
+    await stream.read_head()
+    assert stream.status == 200, (stream.status, await stream.body())
+    first = await stream.chunk()
+    assert first is not None and first.startswith(b"retry:"), first
+    return stream

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from reactq.shared.errors import ConfigError
+from reactq.shared.settings import Settings
 from reactq.worker import (
     Agent,
     AgentLoop,
+    LoopConfig,
     OpenAICompatibleClient,
     ScriptedLLM,
     ToolMode,
@@ -36,9 +40,34 @@ def test_agent_validates_at_construction() -> None:
         Agent(name="a", tool_timeout=-1)
     with pytest.raises(AgentConfigError, match="tool_message_role='user' conflicts"):
         Agent(name="a", tool_mode=ToolMode.NATIVE, tool_message_role="user")
-    assert Agent(name="a", tool_mode=ToolMode.JSON, tool_message_role="user").tool_mode == "json"
+    json_agent = Agent(name="a", tool_mode="json", tool_message_role="user")
+    assert json_agent.loop.tool_mode is ToolMode.JSON
     with pytest.raises(AgentConfigError, match="already registered"):
         Agent(name="a", tools=[lookup, lookup])
+    with pytest.raises(
+        AgentConfigError,
+        match=r"unknown setting 'max_iteration' \(did you mean 'max_iterations'\?\)",
+    ):
+        Agent(name="a", max_iteration=3)
+    with pytest.raises(AgentConfigError, match="agent 'a': delta_interval must be >= 0"):
+        Agent(name="a", delta_interval=-1)
+    with pytest.raises(AgentConfigError, match="loop must be a LoopConfig"):
+        Agent(name="a", loop={"max_iterations": 3})  # type: ignore[arg-type]
+
+
+def test_an_agent_holds_one_loop_config_its_knobs_override() -> None:
+    shared = LoopConfig(max_iterations=4, budget_message="over budget")
+    agent = Agent(name="a", loop=shared, max_iterations=6, system_prompt="Be brief.")
+    assert agent.loop == dataclasses.replace(shared, max_iterations=6, system_prompt="Be brief.")
+    assert Agent(name="b", loop=shared).loop is shared
+    assert Agent(name="c").loop == LoopConfig()
+    # No knob is declared on Agent too (LoopConfig's is the one declaration), and
+    # every one is an Agent keyword.
+    knobs = {f.name for f in dataclasses.fields(LoopConfig)}
+    assert {f.name for f in dataclasses.fields(Agent)} & knobs == set()
+    defaults = LoopConfig()
+    for knob in knobs:
+        assert Agent(name="d", **{knob: getattr(defaults, knob)}).loop == defaults
 
 
 def test_agent_wraps_tools_hides_key_and_builds_a_loop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,26 +75,36 @@ def test_agent_wraps_tools_hides_key_and_builds_a_loop(monkeypatch: pytest.Monke
     assert "sk-very-secret" not in repr(agent)
     assert agent.registry().names == ["lookup"]
 
-    monkeypatch.delenv("REACTQ_MODEL", raising=False)
-    assert agent.resolved_model() == "gpt-4o-mini"
+    assert agent.resolved_model(Settings()) == "gpt-4o-mini"
+    with_model = Settings(model="env-model")
+    assert agent.resolved_model(with_model) == "env-model"
+    assert Agent(name="b", model="own").resolved_model(with_model) == "own"
+    # Without settings, they are read from the environment (through Settings).
     monkeypatch.setenv("REACTQ_MODEL", "env-model")
     assert agent.resolved_model() == "env-model"
-    assert Agent(name="b", model="own").resolved_model() == "own"
 
-    loop = agent.build_loop(ScriptedLLM([]))
+    loop = agent.build_loop(ScriptedLLM([]), settings=with_model)
     assert isinstance(loop, AgentLoop)
-    assert (loop.model, loop.max_iterations, loop.registry.names) == ("env-model", 4, ["lookup"])
+    assert (loop.model, loop.config.max_iterations, loop.registry.names) == (
+        "env-model",
+        4,
+        ["lookup"],
+    )
 
 
-async def test_build_llm_uses_the_agents_endpoint() -> None:
+async def test_build_llm_uses_the_agents_endpoint_else_the_settings() -> None:
     agent = Agent(name="a", base_url="http://127.0.0.1:9/v1", api_key="sk-x")
-    llm = agent.build_llm(max_retries=0)
-    try:
-        assert isinstance(llm, OpenAICompatibleClient)
-        assert llm.base_url.startswith("http://127.0.0.1:9/v1")
-        assert "sk-x" not in repr(llm)
-    finally:
-        await llm.aclose()
+    settings = Settings(
+        openai_base_url="http://127.0.0.1:8/v1", openai_api_key=SecretStr("sk-settings")
+    )
+    for built, url in ((agent, ":9/v1"), (Agent(name="b"), ":8/v1")):
+        llm = built.build_llm(settings, max_retries=0)
+        try:
+            assert isinstance(llm, OpenAICompatibleClient)
+            assert llm.base_url.startswith(f"http://127.0.0.1{url}")
+            assert "sk-x" not in repr(llm) and "sk-settings" not in repr(llm)
+        finally:
+            await llm.aclose()
 
 
 def test_load_agents_from_the_repository_root(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,7 @@
 """The gateway's fan-out on a real Redis: one pub/sub connection, reference-counted
-subscriptions, bounded buffers, and a replay-to-live seam without loss or repeats."""
+subscriptions, buffers bounded in events and bytes that cut only a listener that
+falls behind (not one a burst never gave a turn), and a replay-to-live seam
+without loss or repeats."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from reactq.producer.gateway_fanout import Fanout
+from reactq.producer.gateway_fanout import Fanout, Listener
 from reactq.producer.gateway_sse import event_stream
 from reactq.shared.bus import RedisEventBus
 from reactq.shared.events import ThoughtEvent
 from reactq.shared.keys import Keys
+from reactq.shared.redis_client import lua_source
 from tests.helpers import wait_until
 
 
@@ -35,8 +38,8 @@ async def _numsub(redis: Redis, channel: str) -> int:
     return int(result[0][1])
 
 
-def _thought(session: str, n: int) -> ThoughtEvent:
-    return ThoughtEvent(session_id=session, turn_id="t_fan", seq=n, text=f"thought {n}")
+def _thought(session: str, n: int, text: str = "") -> ThoughtEvent:
+    return ThoughtEvent(session_id=session, turn_id="t_fan", seq=n, text=text or f"thought {n}")
 
 
 async def test_one_subscription_per_session_reference_counted(
@@ -57,7 +60,7 @@ async def test_one_subscription_per_session_reference_counted(
             frame = await listener.get(5)
             assert frame is not None and frame.id == published.id and frame.type == "thought"
         for listener in listeners[4:]:
-            assert listener._queue.empty()
+            assert listener.pending == 0
         for listener in listeners[:3]:
             await fanout.detach(listener)
         assert await _numsub(redis, keys.channel(sessions[0])) == 1
@@ -98,6 +101,76 @@ async def test_a_slow_client_is_cut_off_not_buffered_forever(
             received.append(frame.id)
         assert len(received) == 10 and not fast.overflowed
         await wait_until(lambda: slow.overflowed, 5, "the slow listener to overflow")
+        assert await slow.get(1) is None
+        await fanout.detach(slow)
+        await fanout.detach(fast)
+    finally:
+        await fanout.close()
+
+
+async def _publish_burst(redis: Redis, keys: Keys, events: list[ThoughtEvent]) -> None:
+    """Publish with the bus's own script, all in one round trip: the fan-out's socket
+    gets them back to back."""
+    script = redis.register_script(lua_source("reactq.shared.bus", "bus_publish"))
+    pipe = redis.pipeline(transaction=False)
+    for event in events:
+        keys_ = [keys.events(event.session_id), keys.channel(event.session_id)]
+        payload = event.model_dump_json(exclude={"id"})
+        await script(keys=keys_, args=[10_000, payload, 60], client=pipe)
+    await pipe.execute()
+
+
+async def test_a_burst_overflows_no_listener_that_keeps_up(
+    parts: tuple[Redis, Keys, RedisEventBus],
+) -> None:
+    redis, keys, _ = parts
+    fanout = Fanout(redis, keys, buffer=100)
+    await fanout.start()
+    session = f"fan-{uuid.uuid4().hex[:8]}"
+    burst = 1000
+
+    async def keep_up(listener: Listener) -> int:
+        got = 0
+        while got < burst and await listener.get(10) is not None:
+            got += 1
+        return got
+
+    try:
+        listeners = [await fanout.attach(session) for _ in range(20)]
+        readers = [asyncio.create_task(keep_up(listener)) for listener in listeners]
+        # Ten times the buffer at once: each listener keeps up, so none is cut.
+        await _publish_burst(redis, keys, [_thought(session, n) for n in range(burst)])
+        got = await asyncio.wait_for(asyncio.gather(*readers), 30)
+        assert got == [burst] * len(listeners)
+        assert not any(listener.overflowed for listener in listeners)
+        for listener in listeners:
+            await fanout.detach(listener)
+    finally:
+        await fanout.close()
+
+
+async def test_the_byte_cap_cuts_a_listener_that_holds_too_much(
+    parts: tuple[Redis, Keys, RedisEventBus],
+) -> None:
+    redis, keys, bus = parts
+    fanout = Fanout(redis, keys, buffer=1000, buffer_bytes=100_000)
+    await fanout.start()
+    session = f"fan-{uuid.uuid4().hex[:8]}"
+    try:
+        slow = await fanout.attach(session)
+        fast = await fanout.attach(session)
+        # One event over the cap still reaches a listener that keeps up: else it
+        # would be cut at that event on every resume.
+        huge = await bus.publish(_thought(session, 0, text="h" * 250_000))
+        frame = await fast.get(5)
+        assert frame is not None and frame.id == huge.id and not fast.overflowed
+        # Later ones pile up in the slow listener: cut once they pass 100 kB, far
+        # under its 1000 events.
+        for n in range(1, 8):
+            published = await bus.publish(_thought(session, n, text="x" * 30_000))
+            frame = await fast.get(5)
+            assert frame is not None and frame.id == published.id
+        assert slow.overflowed and not fast.overflowed
         assert await slow.get(1) is None
         await fanout.detach(slow)
         await fanout.detach(fast)

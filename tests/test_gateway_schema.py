@@ -1,5 +1,6 @@
 """Schemathesis against the gateway's own /openapi.json: for generated requests, valid
-and invalid, no 5xx and every response matches the document.
+and invalid, no 5xx, every response matches the document, and a request the schema
+accepts is accepted, except for the refusals the document lists for it.
 
 The event stream is left out: it never ends by design, and tests/test_gateway.py
 covers it.
@@ -11,10 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
+from schemathesis.config import SchemathesisConfig
 
 from tests.gateway_support import Gateway, start_gateway
 from tests.test_gateway import pool_env
@@ -22,6 +25,17 @@ from tests.test_gateway import pool_env
 pytestmark = pytest.mark.e2e
 KEY = "schema-key"
 __all__ = ["pool_env"]
+
+# Schema-valid requests an operation refuses by rules the schema cannot express, and
+# what its document must say about each (schemathesis ST202 otherwise).
+REFUSALS = {
+    "POST /v1/sessions/{session_id}/turns": {
+        "422": "an agent no worker hosts",
+        "413": "REACTQ_MAX_MESSAGE_BYTES",
+    },
+}
+# Schemathesis's own default for positive_data_acceptance.
+ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +48,43 @@ def schema_gateway(pool_env: dict[str, str]) -> Iterator[Gateway]:
         gw.stop()
 
 
+def test_refusals_the_schema_cannot_express_are_documented(schema_gateway: Gateway) -> None:
+    doc = httpx2.get(f"{schema_gateway.url}/openapi.json", timeout=10).json()
+    for label, statuses in REFUSALS.items():
+        method, path = label.split(" ", 1)
+        responses = doc["paths"][path][method.lower()]["responses"]
+        for status, says in statuses.items():
+            assert says in responses[status]["description"], (label, status)
+    agent = doc["components"]["schemas"]["TurnCreate"]["properties"]["agent"]
+    assert "422" in agent["description"]
+    # And the gateway does refuse such a request so.
+    response = httpx2.post(
+        f"{schema_gateway.url}/v1/sessions/schema-s/turns",
+        json={"message": "hi", "agent": "no-such-agent"},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=10,
+    )
+    assert response.status_code == 422 and response.json()["field"] == "body.agent"
+
+
+def _config() -> SchemathesisConfig:
+    """Positive data must be accepted, but for each operation's documented refusals."""
+    blocks = [
+        f'[[operations]]\ninclude-name = "{label}"\n'
+        f"checks.positive_data_acceptance.expected-statuses = "
+        f"{[*ACCEPTED, *statuses]!r}\n".replace("'", '"')
+        for label, statuses in REFUSALS.items()
+    ]
+    return SchemathesisConfig.from_str("\n".join(blocks))
+
+
 # Schemathesis's pytest plugin does not run on this pytest; its engine is driven
 # directly instead: one hypothesis run per operation and generation mode.
 @pytest.mark.parametrize("mode", list(schemathesis.GenerationMode), ids=str)
 def test_no_server_errors_and_responses_match_the_schema(
     schema_gateway: Gateway, mode: schemathesis.GenerationMode
 ) -> None:
-    api = schemathesis.openapi.from_url(f"{schema_gateway.url}/openapi.json")
+    api = schemathesis.openapi.from_url(f"{schema_gateway.url}/openapi.json", config=_config())
     operations = [
         result.ok() for result in api.exclude(path_regex=r"/events$").get_all_operations()
     ]
@@ -55,14 +99,7 @@ def test_no_server_errors_and_responses_match_the_schema(
             suppress_health_check=list(HealthCheck),
         )
         def check(case: Any) -> None:
-            case.call_and_validate(
-                headers={"Authorization": f"Bearer {KEY}"},
-                timeout=30,
-                # Schema-valid is not always acceptable: an agent no worker hosts, a
-                # blank message or one over the byte limit are refused (422/413) by
-                # rules the schema cannot express.
-                excluded_checks=[schemathesis.checks.positive_data_acceptance],
-            )
+            case.call_and_validate(headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
 
         try:
             check()

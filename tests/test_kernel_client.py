@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reactq.shared.turns import TurnStatus
-from reactq.worker.agent import AgentLoop, Registry, ScriptedLLM, tool
+from reactq.worker.agent import AgentLoop, LoopConfig, Registry, ScriptedLLM, tool
 from reactq.worker.agent.llm.base import RequestOptions, uses_max_completion_tokens
 from reactq.worker.agent.llm.retry import RetryPolicy, parse_retry_after
 from reactq.worker.agent.llm.scripted_server import Reply
@@ -24,7 +24,9 @@ async def echo(text: str) -> str:
 async def run_once(handler: Any, **client: Any) -> tuple[Any, ListBus, Any]:
     async with endpoint(handler, **client) as (server, llm):
         bus = ListBus()
-        loop = AgentLoop(llm, Registry([echo]), model="m", error_fallback_message="sorry")
+        loop = AgentLoop(
+            llm, Registry([echo]), LoopConfig(model="m", error_fallback_message="sorry")
+        )
         result = await loop.run([user("x")], emitter_for(bus))
     return result, bus, server
 
@@ -102,9 +104,9 @@ async def test_a_stream_cut_mid_way_is_classified_and_not_rerun() -> None:
     handler = scripted(Reply.text("a long answer", pieces=6).but(cut_after=3), Reply.text("again"))
     async with endpoint(handler, max_retries=2) as (server, llm):
         bus = ListBus()
-        result = await AgentLoop(llm, model="m", stream=True, delta_interval=0).run(
-            [user("x")], emitter_for(bus)
-        )
+        result = await AgentLoop(
+            llm, config=LoopConfig(model="m", stream=True, delta_interval=0)
+        ).run([user("x")], emitter_for(bus))
     assert result.status is TurnStatus.ERROR and bus.of("error")[0].code == "llm_stream_cut"
     assert bus.of("delta") and len(server.requests) == 1  # text was shown: never re-run
 
@@ -118,7 +120,9 @@ async def test_request_options_follow_the_model_rules() -> None:
             ("openai/o3-mini", {"max_tokens": 7, "temperature": 0.5}),
             ("m", {"temperature": None, "max_tokens": 9}),
         ):
-            await AgentLoop(llm, model=model, **options).run([user("x")], emitter_for(ListBus()))
+            await AgentLoop(llm, config=LoopConfig(model=model, **options)).run(
+                [user("x")], emitter_for(ListBus())
+            )
     first, gpt5, o3, plain = server.requests
     assert first["temperature"] == 0.0 and "max_tokens" not in first
     assert gpt5["max_completion_tokens"] == 50 and gpt5["reasoning_effort"] == "low"
@@ -129,7 +133,7 @@ async def test_request_options_follow_the_model_rules() -> None:
     with pytest.raises(ValueError, match="temperature"):
         RequestOptions(temperature=3)
     with pytest.raises(ValueError, match="reasoning_effort"):
-        AgentLoop(ScriptedLLM([]), model="m", reasoning_effort="High!")
+        AgentLoop(ScriptedLLM([]), config=LoopConfig(model="m", reasoning_effort="High!"))
 
 
 async def test_a_cut_off_generation_is_marked_in_the_text_and_the_usage_event() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.turns import TurnStatus
-from reactq.worker.agent import AgentLoop, AgentRunner, Registry, ScriptedLLM, tool
+from reactq.worker.agent import AgentLoop, AgentRunner, LoopConfig, Registry, ScriptedLLM, tool
 from reactq.worker.agent.llm.scripted_server import Reply
 from reactq.worker.agent.usage import ModelPrice
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
@@ -35,7 +35,7 @@ def ping_reply(n: int) -> Reply:
 async def test_usage_per_call_with_cost_and_the_cumulative_on_the_final() -> None:
     handler = scripted(ping_reply(1), Reply.text("done", usage=USAGE))
     async with endpoint(handler) as (_, llm):
-        loop = AgentLoop(llm, Registry([ping]), model="m", prices=PRICES)
+        loop = AgentLoop(llm, Registry([ping]), LoopConfig(model="m", prices=PRICES))
         bus = ListBus()
         runner = AgentRunner(loop, MemoryStateStore(), "a")
         final = await runner.run_turn(
@@ -59,7 +59,9 @@ async def test_a_budget_stops_the_run_before_any_further_call(knobs: dict[str, A
     handler = scripted(*[ping_reply(i) for i in range(5)])
     async with endpoint(handler) as (server, llm):
         bus = ListBus()
-        loop = AgentLoop(llm, Registry([ping]), model="m", budget_message="over", **knobs)
+        loop = AgentLoop(
+            llm, Registry([ping]), LoopConfig(model="m", budget_message="over", **knobs)
+        )
         result = await loop.run([user("x")], emitter_for(bus))
     # Call 1 (120) runs its tool; call 2 (240 > 200, 0.4 > 0.3) spends the budget.
     assert (result.status, result.text) == (TurnStatus.BUDGET_EXCEEDED, "over")
@@ -67,13 +69,15 @@ async def test_a_budget_stops_the_run_before_any_further_call(knobs: dict[str, A
     assert bus.of("error")[0].code == "budget_exceeded"
     assert [m.role for m in result.messages] == ["assistant", "tool", "assistant"]
     with pytest.raises(ValueError, match="max_cost needs the price of model 'm'"):
-        AgentLoop(ScriptedLLM([]), model="m", max_cost=1.0)
+        AgentLoop(ScriptedLLM([]), config=LoopConfig(model="m", max_cost=1.0))
 
 
 async def test_the_wrap_up_lets_the_model_summarise_without_tools() -> None:
     handler = scripted(ping_reply(1), ping_reply(2), Reply.text("Summary: pong twice."))
     async with endpoint(handler) as (server, llm):
-        loop = AgentLoop(llm, Registry([ping]), model="m", max_iterations=2, wrap_up=True)
+        loop = AgentLoop(
+            llm, Registry([ping]), LoopConfig(model="m", max_iterations=2, wrap_up=True)
+        )
         result = await loop.run([user("x")], emitter_for(ListBus()))
     assert (result.status, result.text) == (TurnStatus.MAX_ITERATIONS, "Summary: pong twice.")
     assert "tools" in server.requests[1] and "tools" not in server.requests[2]
@@ -90,7 +94,7 @@ async def test_cancel_mid_stream_closes_the_generation() -> None:
 
     async with endpoint(scripted(stalled)) as (server, llm):
         bus = ListBus(on_event)
-        loop = AgentLoop(llm, model="m", stream=True, delta_interval=0)
+        loop = AgentLoop(llm, config=LoopConfig(model="m", stream=True, delta_interval=0))
         result = await asyncio.wait_for(loop.run([user("x")], emitter_for(bus), cancel=cancel), 5)
         async with asyncio.timeout(5):  # the server sees the client hang up
             while server.streams_abandoned == 0:  # noqa: ASYNC110 - a counter, no event
@@ -111,7 +115,7 @@ async def test_cancel_between_steps_with_a_callable_and_the_runner_commits_nothi
     handler = scripted(Reply.tool_calls([("stopper", {})]), Reply.text("never"))
     store = MemoryStateStore()
     async with endpoint(handler) as (server, llm):
-        runner = AgentRunner(AgentLoop(llm, Registry([stopper]), model="m"), store, "a")
+        runner = AgentRunner(AgentLoop(llm, Registry([stopper]), LoopConfig(model="m")), store, "a")
         bus = ListBus()
         final = await runner.run_turn(
             session_id="s1", message="x", turn_id="t1", emitter=emitter_for(bus),
@@ -124,7 +128,7 @@ async def test_cancel_between_steps_with_a_callable_and_the_runner_commits_nothi
     already = asyncio.Event()
     already.set()
     llm2 = ScriptedLLM(["unused"])
-    runner2 = AgentRunner(AgentLoop(llm2, model="m"), store, "a")
+    runner2 = AgentRunner(AgentLoop(llm2, config=LoopConfig(model="m")), store, "a")
     final = await runner2.run_turn(
         session_id="s2", message="x", turn_id="t2", emitter=emitter_for(ListBus()), cancel=already
     )

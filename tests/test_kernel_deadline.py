@@ -8,6 +8,7 @@ import time
 import pytest
 
 from reactq.shared.messages import ToolCall
+from reactq.worker.agent.config import LoopConfig
 from reactq.worker.agent.executor import ToolExecutor
 from reactq.worker.agent.tools import Registry, ToolContext, tool
 from tests.kernel_support import ListBus, emitter_for
@@ -51,12 +52,7 @@ async def waits_briefly() -> str:
 def executor() -> ToolExecutor:
     return ToolExecutor(
         Registry([quick, hog_then_wait, waits_long, waits_briefly]),
-        tool_timeout=60.0,
-        interventions=None,
-        hooks=None,
-        tool_gate=None,
-        tool_gate_timeout=None,
-        repeat_call_limit=None,
+        LoopConfig(tool_timeout=60.0, tool_gate_timeout=None, repeat_call_limit=None),
     )
 
 

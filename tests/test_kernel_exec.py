@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reactq.worker.agent import AgentLoop, Registry, tool
+from reactq.worker.agent import AgentLoop, LoopConfig, Registry, tool
 from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
@@ -58,7 +58,9 @@ TOOLS = Registry([read_a, read_b, write])
 async def run(handler: Any, **knobs: Any) -> tuple[Any, ListBus, Any]:
     async with endpoint(handler) as (server, llm):
         bus = ListBus()
-        result = await AgentLoop(llm, TOOLS, model="m", **knobs).run([user("x")], emitter_for(bus))
+        result = await AgentLoop(llm, TOOLS, LoopConfig(model="m", **knobs)).run(
+            [user("x")], emitter_for(bus)
+        )
     return result, bus, server
 
 
@@ -83,7 +85,7 @@ async def test_a_lone_surrogate_result_does_not_crash_the_request() -> None:
 
     handler = scripted(Reply.tool_calls([("odd", {})]), Reply.text("fine"))
     async with endpoint(handler) as (server, llm):
-        result = await AgentLoop(llm, Registry([odd]), model="m").run(
+        result = await AgentLoop(llm, Registry([odd]), LoopConfig(model="m")).run(
             [user("x")], emitter_for(ListBus())
         )
     assert result.text == "fine"
@@ -202,7 +204,7 @@ async def test_old_tool_results_are_shrunk_head_and_tail_under_a_context_budget(
 
     handler = scripted(*[Reply.tool_calls([("big", {"n": i})]) for i in range(3)], Reply.text("k"))
     async with endpoint(handler) as (server, llm):
-        loop = AgentLoop(llm, Registry([big]), model="m", context_budget=8000)
+        loop = AgentLoop(llm, Registry([big]), LoopConfig(model="m", context_budget=8000))
         result = await loop.run([user("x")], emitter_for(ListBus()))
     last = [m for m in server.requests[3]["messages"] if m["role"] == "tool"]
     assert "characters omitted" in last[0]["content"] and last[0]["content"].startswith("HEAD0")

@@ -109,12 +109,15 @@ async def test_retries_then_succeeds_and_usage_is_reported() -> None:
     assert set(response.usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}
 
 
-async def test_env_fallbacks_and_placeholder_key(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_no_env_fallback_and_a_placeholder_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The endpoint comes from the caller (Agent.build_llm: from Settings), never from
+    # the environment, not even through the SDK's own OPENAI_BASE_URL fallback.
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    async with OpenAICompatibleClient(max_retries=0) as llm:
+        assert llm.base_url == "https://api.openai.com/v1/"
     async with ScriptedServer(fixed(Reply.text("local"))) as server:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        async with OpenAICompatibleClient(max_retries=0) as llm:
-            assert llm.base_url.startswith(server.base_url)
+        async with OpenAICompatibleClient(base_url=server.base_url, max_retries=0) as llm:
             response = await llm.complete(HI, model="m", tools=None)
         assert response.content == "local"
         assert server.requests[0]["model"] == "m"
@@ -309,7 +312,7 @@ def test_command_line_server_answers_with_the_demo_model() -> None:
             "-W",
             "error",
             "-m",
-            "reactq.worker.agent.llm.scripted_server",
+            "reactq.worker.agent.llm",
             "--port",
             str(port),
         ],

@@ -14,6 +14,7 @@ from reactq.shared.turns import TurnStatus
 from reactq.worker.agent import (
     AgentLoop,
     LLMResponse,
+    LoopConfig,
     Registry,
     ScriptedLLM,
     ToolContext,
@@ -59,7 +60,9 @@ async def test_tool_call_then_final_answer(stream: bool) -> None:
         Reply.text("The sum is 5."),
     )
     async with endpoint(handler) as (server, llm):
-        loop = AgentLoop(llm, TOOLS, model="m", system_prompt="Be exact.", stream=stream)
+        loop = AgentLoop(
+            llm, TOOLS, LoopConfig(model="m", system_prompt="Be exact.", stream=stream)
+        )
         bus = ListBus()
         result = await loop.run([user("2+3?")], emitter_for(bus))
 
@@ -123,7 +126,7 @@ async def test_tool_failures_go_back_to_the_model(case: str, stream: bool) -> No
     call, code, fragment = FAILURES[case]
     handler = scripted(Reply.tool_calls([call], call_ids=["bad1"]), Reply.text("recovered"))
     async with endpoint(handler) as (server, llm):
-        loop = AgentLoop(llm, TOOLS, model="m", stream=stream)
+        loop = AgentLoop(llm, TOOLS, LoopConfig(model="m", stream=stream))
         bus = ListBus()
         result = await loop.run([user("go")], emitter_for(bus))
 
@@ -144,7 +147,9 @@ async def test_iteration_cap_ends_with_the_fallback_message() -> None:
         return Reply.tool_calls([("add", {"a": 1, "b": 1})])
 
     async with endpoint(always_calls) as (server, llm):
-        loop = AgentLoop(llm, TOOLS, model="m", max_iterations=3, fallback_message="gave up")
+        loop = AgentLoop(
+            llm, TOOLS, LoopConfig(model="m", max_iterations=3, fallback_message="gave up")
+        )
         result = await loop.run([user("loop")], emitter_for(ListBus()))
 
     assert (result.status, result.text, result.error) == (
@@ -164,7 +169,9 @@ async def test_llm_error_after_retries_gives_error_event_and_fallback(stream: bo
         return Reply.error(500, "upstream exploded", headers={"retry-after-ms": "1"})
 
     async with endpoint(failing, max_retries=1) as (server, llm):
-        loop = AgentLoop(llm, TOOLS, model="m", error_fallback_message="sorry", stream=stream)
+        loop = AgentLoop(
+            llm, TOOLS, LoopConfig(model="m", error_fallback_message="sorry", stream=stream)
+        )
         bus = ListBus()
         result = await loop.run([user("hi")], emitter_for(bus))
 
@@ -194,7 +201,7 @@ async def test_streamed_tool_call_fragments_are_assembled() -> None:
         return {"city": city}
 
     async with endpoint(handler) as (server, llm):
-        loop = AgentLoop(llm, Registry([echo, add]), model="m", stream=True)
+        loop = AgentLoop(llm, Registry([echo, add]), LoopConfig(model="m", stream=True))
         bus = ListBus()
         result = await loop.run([user("go")], emitter_for(bus))
 
@@ -209,7 +216,9 @@ async def test_streamed_tool_call_fragments_are_assembled() -> None:
 
 async def test_empty_registry_sends_no_tools_key() -> None:
     async with endpoint(scripted(Reply.text("plain"))) as (server, llm):
-        result = await AgentLoop(llm, model="m").run([user("hi")], emitter_for(ListBus()))
+        result = await AgentLoop(llm, config=LoopConfig(model="m")).run(
+            [user("hi")], emitter_for(ListBus())
+        )
     assert result.text == "plain"
     assert "tools" not in server.requests[0]
     assert server.requests[0]["messages"] == [{"role": "user", "content": "hi"}]
@@ -218,7 +227,9 @@ async def test_empty_registry_sends_no_tools_key() -> None:
 async def test_final_text_is_returned_word_for_word() -> None:
     text = '  Line one.\n\n```json\n{"x": 1}\n```\n  '
     llm = ScriptedLLM([text])
-    result = await AgentLoop(llm, model="m").run([user("hi")], emitter_for(ListBus()))
+    result = await AgentLoop(llm, config=LoopConfig(model="m")).run(
+        [user("hi")], emitter_for(ListBus())
+    )
     assert result.text == text and result.messages[-1].content == text
 
 
@@ -233,7 +244,7 @@ async def test_history_is_sent_and_an_error_mid_turn_keeps_history_valid() -> No
             LLMServerError("down", status=503),
         ]
     )
-    result = await AgentLoop(llm, TOOLS, model="m").run(
+    result = await AgentLoop(llm, TOOLS, LoopConfig(model="m")).run(
         [*history, user("now")], emitter_for(ListBus())
     )
     assert [m["content"] for m in llm.calls[0].messages] == ["earlier", "answer", "now"]
@@ -244,13 +255,13 @@ async def test_history_is_sent_and_an_error_mid_turn_keeps_history_valid() -> No
 async def test_nothing_escapes_run_but_cancellation() -> None:
     # A broken bus: the run still returns, in ERROR.
     with_usage = LLMResponse(content="hi", usage={"total_tokens": 3})
-    result = await AgentLoop(ScriptedLLM([with_usage]), model="m").run(
+    result = await AgentLoop(ScriptedLLM([with_usage]), config=LoopConfig(model="m")).run(
         [user("x")], emitter_for(ListBus(fail=True))
     )
     assert result.status is TurnStatus.ERROR and result.error is not None
 
     # A client raising something that is not an LLMError.
-    result = await AgentLoop(ScriptedLLM([RuntimeError("bug")]), model="m").run(
+    result = await AgentLoop(ScriptedLLM([RuntimeError("bug")]), config=LoopConfig(model="m")).run(
         [user("x")], emitter_for(ListBus())
     )
     assert result.status is TurnStatus.ERROR and "RuntimeError: bug" in str(result.error)
@@ -265,7 +276,7 @@ async def test_nothing_escapes_run_but_cancellation() -> None:
 
     llm = ScriptedLLM([LLMResponse(tool_calls=[ToolCall(id="c", name="hang")])])
     task = asyncio.create_task(
-        AgentLoop(llm, Registry([hang]), model="m", tool_timeout=None).run(
+        AgentLoop(llm, Registry([hang]), LoopConfig(model="m", tool_timeout=None)).run(
             [user("x")], emitter_for(ListBus())
         )
     )
@@ -278,13 +289,13 @@ async def test_nothing_escapes_run_but_cancellation() -> None:
 def test_config_is_validated_at_construction() -> None:
     llm = ScriptedLLM([])
     with pytest.raises(ValueError, match=r"tool_mode must be one of \['native', 'json', 'prose'\]"):
-        AgentLoop(llm, model="m", tool_mode="xml")
+        AgentLoop(llm, config=LoopConfig(model="m", tool_mode="xml"))
     with pytest.raises(ValueError, match="max_iterations"):
-        AgentLoop(llm, model="m", max_iterations=0)
+        AgentLoop(llm, config=LoopConfig(model="m", max_iterations=0))
     with pytest.raises(ValueError, match="tool_timeout"):
-        AgentLoop(llm, model="m", tool_timeout=0)
+        AgentLoop(llm, config=LoopConfig(model="m", tool_timeout=0))
     with pytest.raises(ValueError, match="model"):
-        AgentLoop(llm, model="")
+        AgentLoop(llm, config=LoopConfig(model=""))
 
 
 def test_tool_results_are_formatted_for_the_model() -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from reactq.shared.turns import TurnStatus
-from reactq.worker.agent import AgentLoop, Registry, ScriptedLLM, ToolMode, tool
+from reactq.worker.agent import AgentLoop, LoopConfig, Registry, ScriptedLLM, ToolMode, tool
 from reactq.worker.agent.llm.scripted_server import Reply
 from reactq.worker.agent.parsers import JsonParser, ProseParser
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
@@ -28,7 +28,9 @@ async def test_native_text_shaped_calls_are_final_answers_word_for_word() -> Non
     for text in (envelope, prose):
         async with endpoint(scripted(Reply.text(text))) as (server, llm):
             bus = ListBus()
-            result = await AgentLoop(llm, TOOLS, model="m").run([user("x")], emitter_for(bus))
+            result = await AgentLoop(llm, TOOLS, LoopConfig(model="m")).run(
+                [user("x")], emitter_for(bus)
+            )
         assert (result.status, result.text) == (TurnStatus.COMPLETED, text)
         assert "action" not in bus.types()
         assert server.requests[0]["tools"][0]["function"]["name"] == "get_weather"
@@ -37,14 +39,16 @@ async def test_native_text_shaped_calls_are_final_answers_word_for_word() -> Non
 async def test_native_empty_answer_gets_one_retry_then_errors() -> None:
     handler = scripted(Reply.text(""), Reply.text("Now I answer."))
     async with endpoint(handler) as (server, llm):
-        result = await AgentLoop(llm, TOOLS, model="m").run([user("x")], emitter_for(ListBus()))
+        result = await AgentLoop(llm, TOOLS, LoopConfig(model="m")).run(
+            [user("x")], emitter_for(ListBus())
+        )
     assert result.text == "Now I answer."
     assert "empty" in server.requests[1]["messages"][-1]["content"]
     assert [m.role for m in result.messages] == ["assistant"]  # the retry is not kept
 
     async with endpoint(scripted(Reply.text(""), Reply.text("  "))) as (server, llm):
         bus = ListBus()
-        loop = AgentLoop(llm, TOOLS, model="m", error_fallback_message="sorry")
+        loop = AgentLoop(llm, TOOLS, LoopConfig(model="m", error_fallback_message="sorry"))
         result = await loop.run([user("x")], emitter_for(bus))
     assert (result.status, result.text) == (TurnStatus.ERROR, "sorry")
     assert bus.of("error")[0].code == "empty_response"
@@ -60,7 +64,9 @@ async def test_text_modes_run_tools_listed_in_the_prompt(mode: ToolMode) -> None
         final = "Thought: done\nFinal Answer: 18 in Oslo"
     async with endpoint(scripted(Reply.text(call), Reply.text(final))) as (server, llm):
         bus = ListBus()
-        loop = AgentLoop(llm, TOOLS, model="m", tool_mode=mode, system_prompt="Be brief.")
+        loop = AgentLoop(
+            llm, TOOLS, LoopConfig(model="m", tool_mode=mode, system_prompt="Be brief.")
+        )
         result = await loop.run([user("weather?")], emitter_for(bus))
     assert (result.status, result.text) == (TurnStatus.COMPLETED, "18 in Oslo")
     first, second = server.requests
@@ -78,7 +84,7 @@ async def test_text_modes_run_tools_listed_in_the_prompt(mode: ToolMode) -> None
 async def test_text_modes_retry_once_then_end_on_a_parser_error(mode: ToolMode) -> None:
     good = '{"action": "final", "answer": "ok"}' if mode is ToolMode.JSON else "Final Answer: ok"
     async with endpoint(scripted(Reply.text("rambling"), Reply.text(good))) as (server, llm):
-        result = await AgentLoop(llm, TOOLS, model="m", tool_mode=mode).run(
+        result = await AgentLoop(llm, TOOLS, LoopConfig(model="m", tool_mode=mode)).run(
             [user("x")], emitter_for(ListBus())
         )
     assert result.text == "ok"
@@ -88,7 +94,7 @@ async def test_text_modes_retry_once_then_end_on_a_parser_error(mode: ToolMode) 
 
     async with endpoint(scripted(Reply.text("no"), Reply.text("still no"))) as (server, llm):
         bus = ListBus()
-        result = await AgentLoop(llm, TOOLS, model="m", tool_mode=mode).run(
+        result = await AgentLoop(llm, TOOLS, LoopConfig(model="m", tool_mode=mode)).run(
             [user("x")], emitter_for(bus)
         )
     assert result.status is TurnStatus.ERROR and bus.of("error")[0].code == "parser_error"
@@ -107,22 +113,24 @@ def test_parsers_recover_and_refuse() -> None:
 def test_a_knob_of_another_mode_is_refused_naming_the_fix() -> None:
     llm = ScriptedLLM([])
     with pytest.raises(ValueError, match=r"parser= conflicts with tool_mode=ToolMode.NATIVE.*drop"):
-        AgentLoop(llm, model="m", parser=JsonParser())
+        AgentLoop(llm, config=LoopConfig(model="m", parser=JsonParser()))
     with pytest.raises(ValueError, match="output_format= conflicts"):
-        AgentLoop(llm, model="m", output_format="x")
+        AgentLoop(llm, config=LoopConfig(model="m", output_format="x"))
     with pytest.raises(ValueError, match=r"tool_message_role='user' conflicts.*JSON"):
-        AgentLoop(llm, model="m", tool_message_role="user")
+        AgentLoop(llm, config=LoopConfig(model="m", tool_message_role="user"))
     with pytest.raises(ValueError, match="tool_message_role='tool' conflicts with tool_mode=json"):
-        AgentLoop(llm, model="m", tool_mode=ToolMode.JSON, tool_message_role="tool")
-    loop = AgentLoop(llm, model="m", tool_mode="prose", tool_message_role="user")
-    assert loop.mode.tool_message_role == "user" and loop.tool_mode is ToolMode.PROSE
+        AgentLoop(
+            llm, config=LoopConfig(model="m", tool_mode=ToolMode.JSON, tool_message_role="tool")
+        )
+    loop = AgentLoop(llm, config=LoopConfig(model="m", tool_mode="prose", tool_message_role="user"))
+    assert loop.mode.tool_message_role == "user" and loop.config.tool_mode is ToolMode.PROSE
 
 
 async def test_streaming_coalesces_deltas_then_gives_the_full_final() -> None:
     text = "".join(f"word{i} " for i in range(40))
     async with endpoint(scripted(Reply.text(text, pieces=40))) as (_server, llm):
         bus = ListBus()
-        loop = AgentLoop(llm, model="m", stream=True, delta_interval=60.0)
+        loop = AgentLoop(llm, config=LoopConfig(model="m", stream=True, delta_interval=60.0))
         result = await loop.run([user("x")], emitter_for(bus))
     deltas = bus.of("delta")
     assert 1 <= len(deltas) < 5  # coalesced, not one publish per token
@@ -137,6 +145,8 @@ async def test_streamed_arguments_are_assembled_whatever_the_chunking() -> None:
         )
         async with endpoint(handler) as (_server, llm):
             bus = ListBus()
-            await AgentLoop(llm, TOOLS, model="m", stream=True).run([user("x")], emitter_for(bus))
+            await AgentLoop(llm, TOOLS, LoopConfig(model="m", stream=True)).run(
+                [user("x")], emitter_for(bus)
+            )
         assert bus.of("action")[0].args == args
         assert json.loads(bus.of("observation")[0].output)["city"] == args["city"]

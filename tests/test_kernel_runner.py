@@ -11,11 +11,21 @@ from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import LLMServerError, StaleLeaseError
 from reactq.shared.events import BaseEvent
 from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.state import TRUNK, StateStore
 from reactq.shared.state.base import TurnRecord
 from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker import Agent, AgentRunner, LLMResponse, OpenAICompatibleClient, ScriptedLLM, tool
 from reactq.worker.agent.llm.scripted_server import ScriptedServer, demo_model
+from reactq.worker.agent.runner import INTERRUPTED_MESSAGE
+from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
+    contents,
+    record,
+    sid,
+    store_fixture,
+    url_fixture,
+    user,
+)
 
 
 class ListBus:
@@ -194,3 +204,59 @@ async def test_the_weather_example_end_to_end_over_http() -> None:
     assert bus.types() == ["usage", "action", "observation", "usage", "final"]
     assert final.usage["total_tokens"] > 0
     assert server.requests[0]["messages"][0]["role"] == "system"
+
+
+@pytest.mark.parametrize("move", ["fork", "switch"])
+async def test_an_interrupted_turn_commits_to_the_branch_it_started_on(
+    store: StateStore, move: str
+) -> None:
+    """The head moves (a fork, or a switch) while a turn runs, then the turn is
+    interrupted: its partial history lands on the branch it read, as a normal
+    commit does, and the branch that became active mid-turn is untouched."""
+    s = sid()
+    await store.ensure_session(s, "helper")
+    earlier = [user("first"), ChatMessage(role="assistant", content="re: first")]
+    await store.commit_turn(s, earlier, record(s, f"{s}-t0"))
+    if move == "switch":  # the turn starts on a branch that is not the trunk
+        started_on = await store.fork(s, 2)
+    else:
+        started_on = TRUNK
+    stop = {"now": False}
+    moved_to: list[str] = []
+
+    @tool
+    async def move_head() -> str:
+        """Moves the session's active branch, then asks for an interrupt."""
+        if move == "fork":
+            moved_to.append(await store.fork(s, 2))
+        else:
+            await store.switch_branch(s, TRUNK)
+            moved_to.append(TRUNK)
+        stop["now"] = True
+        return "moved"
+
+    llm = ScriptedLLM(
+        [LLMResponse(tool_calls=[ToolCall(id="c1", name="move_head", arguments="{}")]), "never"]
+    )
+    loop = Agent(name="helper", model="m", tools=[move_head]).build_loop(llm)
+    runner = AgentRunner(loop, store, "helper")
+    emitter = TurnEmitter(ListBus(), s, f"{s}-t1")  # type: ignore[arg-type]
+    final = await runner.run_turn(
+        session_id=s, message="q", turn_id=f"{s}-t1", emitter=emitter,
+        cancel=lambda: stop["now"], keep_partial=lambda: True,
+    )  # fmt: skip
+
+    assert (final.status, final.text) == (TurnStatus.CANCELLED, INTERRUPTED_MESSAGE)
+    assert len(llm.calls) == 1
+    (other,) = moved_to
+    assert other != started_on
+    assert await contents(store, s, started_on) == [
+        (1, "first"),
+        (2, "re: first"),
+        (3, "q"),
+        (4, None),  # the assistant's tool call
+        (5, "moved"),
+        (6, INTERRUPTED_MESSAGE),
+    ]
+    assert await contents(store, s, other) == [(1, "first"), (2, "re: first")]
+    assert {m.turn_id for m in (await store.get_messages(s, started_on))[2:]} == {f"{s}-t1"}

@@ -1,4 +1,5 @@
-"""SessionLock on a real Redis: exclusivity, fencing tokens, renewal, expiry."""
+"""SessionLease and the deadline set on a real Redis: exclusivity, fencing tokens,
+renewal, expiry."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from redis.asyncio import Redis
 
 from reactq.shared.keys import Keys
-from reactq.shared.locks import SessionLock
+from reactq.shared.protocol.deadlines import Deadlines
+from reactq.shared.protocol.lease import SessionLease
 
 
 def sid() -> str:
@@ -32,11 +34,11 @@ def keys(namespace: str) -> Keys:
     return Keys(namespace)
 
 
-def lock(redis: Redis, keys: Keys, owner: str, ttl: float = 10.0) -> SessionLock:
-    return SessionLock(redis, keys, ttl_seconds=ttl, owner=owner)
+def lock(redis: Redis, keys: Keys, owner: str, ttl: float = 10.0) -> SessionLease:
+    return SessionLease(redis, keys, ttl_seconds=ttl, owner=owner)
 
 
-async def wait_until_free(a: SessionLock, session_id: str) -> None:
+async def wait_until_free(a: SessionLease, session_id: str) -> None:
     """Wait (at most 5 s) for the lease to lapse: on its state, not a fixed sleep."""
     async with asyncio.timeout(5):
         while await a.holder(session_id) is not None:  # noqa: ASYNC110 - polls Redis
@@ -105,26 +107,27 @@ async def test_renew_extends_and_fails_once_lost(redis: Redis, keys: Keys) -> No
 async def test_expired_lists_lapsed_deadlines(redis: Redis, keys: Keys) -> None:
     s_short, s_long = sid(), sid()
     short, long_ = lock(redis, keys, "a", ttl=0.2), lock(redis, keys, "b", ttl=30)
+    deadlines = Deadlines(redis, keys)
     t_short = await short.acquire(s_short)
     t_long = await long_.acquire(s_long)
     assert t_short is not None and t_long is not None
-    assert s_short not in await short.expired()
+    assert s_short not in await deadlines.expired()
     await wait_until_free(short, s_short)
-    lapsed = await short.expired(limit=1000)
+    lapsed = await deadlines.expired(limit=1000)
     assert s_short in lapsed and s_long not in lapsed
     far_future = int(time.time() * 1000) + 3_600_000
-    assert {s_short, s_long} <= set(await short.expired(now_ms=far_future, limit=10_000))
+    assert {s_short, s_long} <= set(await deadlines.expired(now_ms=far_future, limit=10_000))
     # Once the reaper has dealt with it, forget drops the deadline of a free lease only.
-    assert await short.forget(s_short)
-    assert not await long_.forget(s_long)
-    assert s_short not in await short.expired(limit=1000)
+    assert await deadlines.forget(s_short)
+    assert not await deadlines.forget(s_long)
+    assert s_short not in await deadlines.expired(limit=1000)
     # Release removes the deadline too.
     assert await long_.release(s_long, t_long)
-    assert s_long not in await long_.expired(now_ms=far_future, limit=10_000)
+    assert s_long not in await deadlines.expired(now_ms=far_future, limit=10_000)
 
 
 async def test_config_is_validated(redis: Redis, keys: Keys) -> None:
     with pytest.raises(ValueError, match="ttl_seconds"):
-        SessionLock(redis, keys, ttl_seconds=0, owner="a")
+        SessionLease(redis, keys, ttl_seconds=0, owner="a")
     with pytest.raises(ValueError, match="owner"):
-        SessionLock(redis, keys, ttl_seconds=1, owner="")
+        SessionLease(redis, keys, ttl_seconds=1, owner="")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import logging.config
 import os
 import subprocess
 import sys
@@ -19,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from reactq.shared.logs import REDACTED, RedactingFilter, configure_logging, log_context, secrets_of
+from reactq.shared.logs import (
+    REDACTED,
+    RedactingFilter,
+    configure_logging,
+    log_context,
+    secrets_of,
+    uvicorn_log_config,
+)
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import free_port
@@ -112,6 +120,49 @@ def test_text_format_is_the_classic_line(tmp_path: Path) -> None:
         handler.close()
     line = buffer.getvalue().strip()
     assert " INFO reactq.test: hello [session_id=s-9]" in line
+
+
+def test_uvicorn_loggers_go_through_reactqs_handler() -> None:
+    from uvicorn.config import LOGGING_CONFIG  # the gateway extra
+
+    names = ("uvicorn", "uvicorn.error", "uvicorn.access")
+    saved = {
+        n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate) for n in names
+    }
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    buffer = io.StringIO()
+    # What `uvicorn module:app` does before it imports the app: handlers of its own.
+    logging.config.dictConfig(LOGGING_CONFIG)
+    handler = configure_logging(None, "INFO", fmt="json", stream=buffer)
+    try:
+        # What `reactq serve` hands uvicorn.run, which applies it after configure_logging.
+        logging.config.dictConfig(uvicorn_log_config())
+        # An access line the way uvicorn writes it, a query-string secret included.
+        logging.getLogger("uvicorn.access").info(
+            '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET", "/v1/x?api_key=leak-31337", "1.1", 200
+        )
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("uvicorn.error").exception("Exception in ASGI application")
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(level)
+        for name, (old, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            for extra in list(logger.handlers):
+                logger.removeHandler(extra)
+            for kept in old:
+                logger.addHandler(kept)
+            logger.propagate = propagate
+        assert [h for h in root.handlers if h not in handlers] == []
+    access, error = _lines(buffer)
+    assert access["logger"] == "uvicorn.access"
+    assert "leak-31337" not in access["message"] and "api_key=[REDACTED]" in access["message"]
+    assert error["logger"] == "uvicorn.error" and error["level"] == "ERROR"
+    assert "RuntimeError: boom" in error["exc"]
 
 
 @pytest.mark.e2e

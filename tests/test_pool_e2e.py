@@ -146,7 +146,7 @@ async def test_malformed_payloads_are_reported_and_the_queue_goes_on(producer: P
     await producer.redis.rpush(pending, "not json at all")
     # A drain task whose argument is not a session id at all.
     await asyncio.to_thread(
-        producer._celery_app().send_task,
+        producer.dispatcher.app.send_task,
         "reactq.drain",
         args=[{"no": "pe"}],
         queue=producer.keys.queue("e2e"),

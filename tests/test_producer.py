@@ -26,7 +26,7 @@ async def producer(redis_url: str, namespace: str) -> AsyncIterator[Producer]:
     async with Producer(settings) as p:
         # Announce agents as a worker would, without running one: these tests
         # stop before anything reaches the broker.
-        await p.queue.register_agents(["alpha", "beta"], "test-registry")
+        await p.registry.register_agents(["alpha", "beta"], "test-registry")
         yield p
 
 

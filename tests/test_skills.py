@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -262,12 +263,87 @@ async def test_symlinks_leading_out_are_refused_and_inside_ones_read(skill_dir: 
     (directory / "link-in.md").symlink_to(directory / "guide.md")
     load = SkillSet.from_paths(skill_dir).tool()
     for file in ("link-out.md", "dir-out/outside.txt"):
-        with pytest.raises(ToolError, match="leads outside the skill's directory") as info:
+        with pytest.raises(ToolError) as info:
             await load.call({"name": "demo", "file": file})
-        assert str(skill_dir.parent) not in info.value.message
+        assert info.value.message == f"the skill has no file {file!r}"
     assert await load.call({"name": "demo", "file": "link-in.md"}) == "the guide\n"
     listed = await load.call({"name": "demo"})
     assert "link-out.md" not in listed and "link-in.md" not in listed
+
+
+def refusal(skills: SkillSet, file: str) -> str:
+    """The refusal of ``file`` of skill 'demo', with the model's own name masked."""
+    with pytest.raises(SkillError) as info:
+        skills.load("demo", file)
+    assert "TOP SECRET" not in info.value.message
+    return info.value.message.replace(repr(file), "<file>")
+
+
+@posix_only
+def test_outside_and_missing_files_are_refused_alike(skill_dir: Path) -> None:
+    """No existence oracle: a name that leads out (to a file that exists or not), a
+    hard link and a missing file all get the same refusal, word for word."""
+    directory = skill_dir / "demo"
+    outside = skill_dir.parent / "outside.txt"
+    (directory / "link-out.md").symlink_to(outside)
+    (directory / "link-dangling.md").symlink_to(skill_dir.parent / "no-such.txt")
+    (directory / "dir-out").symlink_to(skill_dir.parent, target_is_directory=True)
+    (directory / "link-hidden.md").symlink_to(directory / ".env")
+    os.link(outside, directory / "hard.md")
+    skills = SkillSet.from_paths(skill_dir)
+    names = [
+        "missing.md",
+        "sub/missing.md",
+        "guide.md/below",
+        "link-out.md",
+        "link-dangling.md",
+        "dir-out/outside.txt",
+        "dir-out/no-such.txt",
+        "link-hidden.md",
+        "hard.md",
+    ]
+    assert {name: refusal(skills, name) for name in names} == dict.fromkeys(
+        names, "the skill has no file <file>"
+    )
+    # The traversal refusals stay: they judge the name alone, never the disk.
+    assert "go up a directory" in refusal(skills, "../outside.txt")
+
+
+@posix_only
+def test_a_hard_link_to_a_file_outside_is_not_read_nor_listed(skill_dir: Path) -> None:
+    directory = skill_dir / "demo"
+    os.link(skill_dir.parent / "outside.txt", directory / "notes.md")
+    skills = SkillSet.from_paths(skill_dir)
+    with pytest.raises(SkillError, match=r"^the skill has no file 'notes\.md'$"):
+        skills.load("demo", "notes.md")
+    # Checked on the open file, so a link made after the name was checked is refused too.
+    parts = resolve_inside(directory.resolve(), "guide.md")
+    os.link(directory / "guide.md", skill_dir.parent / "guide-copy.md")
+    with pytest.raises(SkillError, match=r"^the skill has no file 'guide\.md'$"):
+        read_confined(directory.resolve(), parts, "guide.md")
+    listed = skills.load("demo")
+    assert "notes.md" not in listed and "guide.md," not in listed
+
+
+@posix_only
+def test_a_skill_directory_symlinked_out_of_the_skills_dir_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "skills"
+    write_skill(root, "kept", "name: kept\ndescription: d\n")
+    elsewhere = write_skill(tmp_path / "elsewhere", "planted", "name: planted\ndescription: d\n")
+    (elsewhere / "secret.md").write_text("TOP SECRET\n", encoding="utf-8")
+    (root / "planted").symlink_to(elsewhere, target_is_directory=True)
+    with caplog.at_level(logging.WARNING, logger="reactq.agent"):
+        skills = SkillSet.from_paths(root)
+    assert skills.names == ["kept"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'planted'" in w for w in warnings), warnings
+    with pytest.raises(SkillError, match="no skill named 'planted'"):
+        skills.load("planted", "secret.md")
+    # A skills directory reached through a symlink is fine: the check is on where it leads.
+    (tmp_path / "skills-link").symlink_to(root, target_is_directory=True)
+    assert [s.name for s in discover_skills(tmp_path / "skills-link")] == ["kept"]
 
 
 @posix_only
@@ -278,14 +354,13 @@ def test_a_symlink_swapped_in_after_the_check_is_refused(skill_dir: Path) -> Non
     parts = resolve_inside(directory, "guide.md")
     (directory / "guide.md").unlink()
     (directory / "guide.md").symlink_to(outside)
-    with pytest.raises(SkillError, match="through a symlink") as info:
+    with pytest.raises(SkillError, match=r"^the skill has no file 'guide\.md'$"):
         read_confined(directory, parts, "guide.md")
-    assert str(skill_dir.parent) not in info.value.message
     # An intermediate directory swapped for a symlink is refused the same way.
     parts = resolve_inside(directory, "sub/deep.md")
     (directory / "sub").rename(directory / "sub-old")
     (directory / "sub").symlink_to(directory / "sub-old", target_is_directory=True)
-    with pytest.raises(SkillError, match="symlink"):
+    with pytest.raises(SkillError, match=r"^the skill has no file 'sub/deep\.md'$"):
         read_confined(directory, parts, "sub/deep.md")
 
 
@@ -343,12 +418,20 @@ def test_only_regular_small_utf8_files_are_read(skill_dir: Path) -> None:
 
 
 @posix_only
-def test_a_symlinked_skill_md_is_refused(tmp_path: Path) -> None:
+def test_a_symlinked_or_hard_linked_skill_md_skips_that_skill_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "elsewhere.md").write_text("---\nname: x\ndescription: d\n---\n", "utf-8")
-    (tmp_path / "skills" / "x").mkdir(parents=True)
-    (tmp_path / "skills" / "x" / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
-    with pytest.raises(SkillError, match="through a symlink"):
-        discover_skills(tmp_path / "skills")
+    root = tmp_path / "skills"
+    (root / "x").mkdir(parents=True)
+    (root / "x" / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
+    write_skill(root, "kept", "name: kept\ndescription: d\n")
+    hard = write_skill(root, "hard", "name: hard\ndescription: d\n")
+    os.link(hard / "SKILL.md", tmp_path / "hard-copy.md")
+    with caplog.at_level(logging.WARNING, logger="reactq.agent"):
+        assert [s.name for s in discover_skills(root)] == ["kept"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'x'" in w for w in warnings) and any("'hard'" in w for w in warnings), warnings
 
 
 def test_public_surface() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
 import pytest
 
-from reactq.worker import Agent, AgentLoop, Registry, ScriptedLLM, ToolMode, tool
+from reactq.worker import Agent, AgentLoop, LoopConfig, Registry, ScriptedLLM, ToolMode, tool
 from reactq.worker.agent.mcp import MCPClient, MCPProvider
 from reactq.worker.definitions import AgentConfigError
 
@@ -22,7 +23,9 @@ def lookup(key: str) -> str:
 @pytest.mark.parametrize("mode", [ToolMode.NATIVE, ToolMode.JSON])
 def test_without_skills_requests_and_prompts_are_unchanged(tmp_path: Path, mode: ToolMode) -> None:
     plain = AgentLoop(
-        ScriptedLLM([]), Registry([lookup]), model="m", system_prompt="Be brief.", tool_mode=mode
+        ScriptedLLM([]),
+        Registry([lookup]),
+        LoopConfig(model="m", system_prompt="Be brief.", tool_mode=mode),
     )
     for skills_dir in (None, tmp_path):  # no skills_dir, and a directory with no skill
         agent = Agent(
@@ -82,3 +85,23 @@ def test_mcp_servers_are_normalised_to_providers_without_connecting() -> None:
     assert agent.mcp_servers[0].client is client and agent.mcp_servers[1] is provider
     assert not client.connected
     assert agent.registry().names == []  # MCP tools are attached on a running loop
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks")
+def test_a_symlinked_skill_md_leaves_the_agent_with_the_other_skills(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "elsewhere.md").write_text("---\nname: linked\ndescription: d\n---\n", "utf-8")
+    (tmp_path / "skills" / "linked").mkdir(parents=True)
+    (tmp_path / "skills" / "linked" / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
+    (tmp_path / "skills" / "plain").mkdir()
+    (tmp_path / "skills" / "plain" / "SKILL.md").write_text(
+        "---\nname: plain\ndescription: A plain skill.\n---\nDo it.\n", "utf-8"
+    )
+    with caplog.at_level(logging.WARNING, logger="reactq.agent"):
+        agent = Agent(name="a", model="m", skills_dir=tmp_path / "skills")
+    assert agent.skills.names == ["plain"]
+    assert agent.build_loop(ScriptedLLM([])).registry.names == ["load_skill"]
+    assert any(
+        r.levelno == logging.WARNING and "'linked'" in r.getMessage() for r in caplog.records
+    )

@@ -335,14 +335,6 @@ async def test_memory_store_bounds() -> None:
         MemoryStateStore(ttl_seconds=0)
 
 
-def test_importing_shared_state_does_not_import_sqlalchemy() -> None:
-    import subprocess
-
-    code = "import sys, shared.state; print('sqlalchemy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
 async def test_open_store_redis_namespace(redis_url: str, namespace: str) -> None:
     store = await open_store(f"{redis_url}?namespace={namespace}-ns")
     try:

@@ -1,7 +1,7 @@
 """reactq's worker side: agent definitions and the ReAct kernel.
 
 This package is light on purpose (no Celery import): agents are defined and
-run in-process with it; ``worker.app`` / ``worker.tasks`` add the pool.
+run in-process with it; ``reactq.worker.tasks`` adds the pool.
 """
 
 from reactq.worker.agent import (
@@ -9,6 +9,7 @@ from reactq.worker.agent import (
     AgentRunner,
     LLMClient,
     LLMResponse,
+    LoopConfig,
     OpenAICompatibleClient,
     Registry,
     RunResult,
@@ -23,6 +24,7 @@ from reactq.worker.definitions import Agent, load_agents
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # defining agents
     "Agent",
+    "LoopConfig",
     "ToolMode",
     "load_agents",
     # tools

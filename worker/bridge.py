@@ -18,10 +18,12 @@ from redis.asyncio import Redis
 from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
 from reactq.shared.bus import EventBus, RedisEventBus
 from reactq.shared.keys import Keys
-from reactq.shared.locks import SessionLock
 from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
+from reactq.shared.protocol.deadlines import Deadlines
+from reactq.shared.protocol.lease import SessionLease
+from reactq.shared.protocol.queue import SessionQueue
+from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.redis_client import connect
-from reactq.shared.sessions import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, open_store
 from reactq.worker.agent.llm import LLMClient
@@ -50,7 +52,7 @@ class Bridge:
         self.store: StateStore | None = None
         self.llms: list[LLMClient] = []
         self.drainer: Drainer | None = None
-        self.queue: SessionQueue | None = None
+        self.registry: WorkerRegistry | None = None
         self.audit: AuditSink | None = None
         self.mcp = MCPManager()
         self._duties: list[asyncio.Future[None]] = []
@@ -78,15 +80,16 @@ class Bridge:
         bus = RedisEventBus(
             self.redis, keys, maxlen=s.event_maxlen, ttl_seconds=s.event_ttl_seconds
         )
-        lock = SessionLock(
+        lease = SessionLease(
             self.redis, keys, ttl_seconds=s.lease_ttl_seconds, owner=self.worker_name
         )
-        queue = self.queue = SessionQueue(
+        queue = SessionQueue(
             self.redis,
             keys,
             s.session_meta_ttl_seconds,
             dispatch_grace_seconds=s.lease_ttl_seconds,
         )
+        registry = self.registry = WorkerRegistry(self.redis, keys)
         self.store = await open_store(s.database_url, namespace=s.namespace)
         # The audit log lives in the state database: a SQL store brings it along.
         sink = self.audit = audit_sink_for(self.store) if s.audit else None
@@ -103,22 +106,24 @@ class Bridge:
             key = (agent.base_url, agent.api_key)
             if key not in shared_llms:
                 shards = clients_for(s.concurrency)
-                shared_llms[key] = LLMClientPool([agent.build_llm() for _ in range(shards)])
-            loop = observed_agent(agent, observer).build_loop(shared_llms[key], registries[name])
+                shared_llms[key] = LLMClientPool([agent.build_llm(s) for _ in range(shards)])
+            observed = observed_agent(agent, observer, s)
+            loop = observed.build_loop(shared_llms[key], registries[name], settings=s)
             runners[name] = AgentRunner(loop, self.store, name)
             if observer.active:
                 runners[name] = ObservedRunner(runners[name], observer)
         self.llms = list(shared_llms.values())
         self.drainer = Drainer(
             queue=queue,
-            lock=lock,
+            lease=lease,
+            deadlines=Deadlines(self.redis, keys),
             bus=events,
             store=self.store,
             runners=runners,
             settings=s,
             worker_name=self.worker_name,
         )
-        await queue.register_agents(sorted(self.agents), self.worker_name)
+        await registry.register_agents(sorted(self.agents), self.worker_name)
         self._duties = [
             asyncio.ensure_future(listen_for_control(self.redis, keys, self.drainer)),
             asyncio.ensure_future(
@@ -173,8 +178,8 @@ class Bridge:
         for duty in self._duties:
             duty.cancel()
         await asyncio.gather(*self._duties, return_exceptions=True)
-        if self.queue is not None:
-            await self.queue.forget_worker(self.worker_name)
+        if self.registry is not None:
+            await self.registry.forget_worker(self.worker_name)
         for llm in self.llms:
             close = getattr(llm, "aclose", None)
             if close is not None:

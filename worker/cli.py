@@ -6,12 +6,16 @@ producer side.
 
 from __future__ import annotations
 
-import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from pydantic import SecretStr
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.logs import configure_logging
 from reactq.shared.settings import Settings
+from reactq.shared.tracing import configure_tracing, instrument_publishing
 from reactq.worker.agent.llm.scripted_server import ScriptedServer, demo_model
 from reactq.worker.definitions import Agent, load_agents
 from reactq.worker.tasks import run_worker
@@ -19,24 +23,33 @@ from reactq.worker.tasks import run_worker
 OFFLINE_KEY = "offline-demo"
 
 
-def ensure_model_endpoint(agents: dict[str, Agent]) -> ScriptedServer | None:
-    """Start the offline demo model when no endpoint is configured at all.
+@contextmanager
+def model_endpoint(settings: Settings, agents: Mapping[str, Agent]) -> Iterator[Settings]:
+    """``settings``, pointed at the offline demo model when no endpoint is configured at all.
 
-    Returns the server (to stop later) or None. Every answer it gives is
-    labelled "[offline demo model]", so it is never mistaken for a real model.
+    With neither OPENAI_BASE_URL nor OPENAI_API_KEY set, and an agent without its
+    own ``base_url``, the offline model starts (a thread in this process) and the
+    block gets settings whose ``openai_base_url`` / ``openai_api_key`` name it; it
+    stops when the block ends. Every answer it gives is labelled "[offline demo
+    model]", so it is never mistaken for a real model. Otherwise the block gets
+    ``settings`` as they are.
     """
-    configured = os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY")
+    configured = settings.openai_base_url or settings.openai_api_key
     if configured or all(a.base_url for a in agents.values()):
-        return None
+        yield settings
+        return
     server = ScriptedServer(demo_model).start_in_thread()
-    os.environ["OPENAI_BASE_URL"] = server.base_url
-    os.environ["OPENAI_API_KEY"] = OFFLINE_KEY
     print(
         f"reactq: no OPENAI_BASE_URL or OPENAI_API_KEY set: using the offline demo model "
         f"at {server.base_url}",
         file=sys.stderr,
     )
-    return server
+    try:
+        yield settings.model_copy(
+            update={"openai_base_url": server.base_url, "openai_api_key": SecretStr(OFFLINE_KEY)}
+        )
+    finally:
+        server.stop()
 
 
 def loaded_agents(settings: Settings, specs: list[str]) -> dict[str, Agent]:
@@ -52,18 +65,11 @@ def host_agents(specs: list[str], concurrency: int | None, loglevel: str | None)
     settings = Settings.from_env()
     configure_logging(settings, loglevel)
     if settings.tracing:
-        # The otel extra, imported only when tracing is on.
-        from reactq.shared.tracing import configure_tracing, instrument_publishing
-
-        configure_tracing("reactq-worker")
+        configure_tracing("reactq-worker", settings)
         instrument_publishing()  # re-dispatched drains carry the trace on
     agents = loaded_agents(settings, specs)
-    server = ensure_model_endpoint(agents)
-    try:
+    with model_endpoint(settings, agents) as settings:
         run_worker(
             settings, agents, concurrency=concurrency, loglevel=loglevel or settings.log_level
         )
-    finally:
-        if server is not None:
-            server.stop()
     return 0

@@ -1,24 +1,23 @@
 """Background duties of a worker process: the control listener and the reaper.
 
 The control listener holds one pub/sub connection per process on
-``keys.control`` and forwards cancel notices to the turns running here. The
-reaper looks, every ``REACTQ_REAPER_INTERVAL_SECONDS``, at the sorted set of
-session deadlines (one cheap ZRANGEBYSCORE, never a key scan) and re-dispatches
-the sessions whose deadline passed: a holder that died, or a drain task lost with
-its worker.
+``keys.control`` and forwards cancel notices (``protocol/control.py``) to the
+turns running here. The reaper asks, every ``REACTQ_REAPER_INTERVAL_SECONDS``,
+for the sessions whose deadline passed (``protocol/deadlines.py``) and
+re-dispatches them: a holder that died, or a drain task lost with its worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from reactq.shared.keys import Keys
+from reactq.shared.protocol.control import CancelNotice
 from reactq.worker.drain import Drainer
 
 log = logging.getLogger("reactq.worker")
@@ -47,12 +46,12 @@ async def listen_for_control(redis: Redis, keys: Keys, drainer: Drainer) -> None
 
 def _apply(data: object, drainer: Drainer) -> None:
     try:
-        notice = json.loads(data if isinstance(data, str | bytes) else "")
-        if notice.get("op") == "cancel" and isinstance(notice.get("turn_id"), str):
-            if drainer.request_cancel(notice["turn_id"], str(notice.get("mode") or "cancel")):
-                log.info("turn %s: %s requested", notice["turn_id"], notice.get("mode"))
-    except (ValueError, AttributeError):
+        notice = CancelNotice.decode(data)
+    except ValueError:
         log.warning("control channel: ignoring a malformed notice %.200r", data)
+        return
+    if notice is not None and drainer.request_cancel(notice.turn_id, notice.mode):
+        log.info("turn %s: %s requested", notice.turn_id, notice.mode)
 
 
 async def reap_forever(drainer: Drainer, interval: float, retry: float) -> None:
@@ -60,7 +59,7 @@ async def reap_forever(drainer: Drainer, interval: float, retry: float) -> None:
     backoff = interval
     while True:
         try:
-            due = await drainer.queue.reap(limit=200, retry_seconds=retry)
+            due = await drainer.deadlines.reap(limit=200, retry_seconds=retry)
             for session_id in due:
                 log.warning("reaper: session %s missed its deadline; re-dispatching", session_id)
                 try:

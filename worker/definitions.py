@@ -5,204 +5,195 @@ module attribute holding an ``Agent`` (or a list of them)::
 
     # examples/weather.py
     agent = Agent(name="weather", system_prompt="...", tools=[get_weather])
+
+The loop's knobs are declared once, on ``LoopConfig``: an Agent takes each as a
+keyword argument (or a whole ``loop=LoopConfig(...)``) and holds the result.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from reactq.shared.errors import ConfigError, SkillError
-from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
+from reactq.shared.settings import Settings
+from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig
 from reactq.worker.agent.llm.base import LLMClient
 from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
-from reactq.worker.agent.llm.scripted import ScriptedLLM
-from reactq.worker.agent.loop import (
-    DEFAULT_ERROR_FALLBACK_MESSAGE,
-    DEFAULT_FALLBACK_MESSAGE,
-    AgentLoop,
-    ToolMode,
-    check_loop_config,
-)
+from reactq.worker.agent.loop import AgentLoop
 from reactq.worker.agent.mcp import MCPClient, MCPProvider, providers_of
 from reactq.worker.agent.skills import SkillSet
 from reactq.worker.agent.tools import Registry, Tool, tool
-from reactq.worker.agent.usage import ModelPrice
 
 __all__ = ["DEFAULT_MODEL", "Agent", "AgentConfigError", "load_agents"]
 
-DEFAULT_MODEL = "gpt-4o-mini"
 AGENT_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_KNOBS = frozenset(f.name for f in dataclasses.fields(LoopConfig))
+
+# What skills_dir= accepts: one directory or several.
+_SkillsDir = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 class AgentConfigError(ConfigError, ValueError):
     """An Agent definition is invalid (a ConfigError that is also a ValueError)."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Agent:
-    """One agent: its name, model, prompt, tools and the loop's knobs."""
+    """One agent: its name, tools, model endpoint, and its loop's knobs (a LoopConfig).
+
+    Every ``LoopConfig`` knob is a keyword argument too::
+
+        Agent(name="weather", model="gpt-4o", system_prompt="...", tools=[get_weather],
+              tool_mode=ToolMode.NATIVE, max_iterations=6, budget_message="...")
+
+    or pass ``loop=LoopConfig(...)`` (several agents may share one); knobs given
+    beside it override its values. Everything is checked here, at construction:
+    a bad value raises AgentConfigError naming the agent and the knob.
+    """
 
     name: str
     """Unique name producers address (1-64 of [A-Za-z0-9_-]); also its queue's suffix."""
-    model: str | None = None
-    """Model name; None means REACTQ_MODEL, else gpt-4o-mini (resolved at build)."""
-    system_prompt: str = ""
-    """Instructions prepended to every request."""
-    tools: Sequence[Tool | Callable[..., Any]] = field(default_factory=tuple)
+    tools: tuple[Tool, ...]
     """Tools it may call (plain functions are wrapped with ``@tool``)."""
-    tool_mode: ToolMode = ToolMode.NATIVE
-    """How the model calls tools."""
-    max_iterations: int = 10
-    """Model calls per turn before it ends with ``fallback_message``."""
-    tool_timeout: float | None = 60.0
-    """Seconds a tool may run unless the tool sets its own timeout; None for no limit."""
-    fallback_message: str = DEFAULT_FALLBACK_MESSAGE
-    """The answer when the iteration cap is hit."""
-    error_fallback_message: str = DEFAULT_ERROR_FALLBACK_MESSAGE
-    """The answer when the turn fails."""
-    base_url: str | None = None
-    """The OpenAI-compatible endpoint; None means OPENAI_BASE_URL (else OpenAI)."""
-    api_key: str | None = field(default=None, repr=False)
-    """Its key; None means OPENAI_API_KEY. Never shown in repr."""
-    stream: bool = False
-    """Stream the model's output as ``delta`` events (the answer is assembled before use)."""
-    tool_message_role: str | None = None
-    """The role tool results go back in (``"user"`` fits JSON/PROSE; None: the mode's own)."""
-    temperature: float | None = 0.0
-    """Sampling temperature in [0, 2]; None leaves it out of the request."""
-    max_tokens: int | None = None
-    """Output token cap per model call (max_completion_tokens for gpt-5.x / o-series)."""
-    reasoning_effort: str | None = None
-    """Provider reasoning level ("low", "medium", "high"); None leaves it out."""
-    repeat_call_limit: int | None = 3
-    """Identical calls allowed before the result carries a nudge; None disables."""
-    wrap_up: bool = False
-    """At the iteration cap, let the model summarise in one tool-less call."""
-    context_budget: int | None = None
-    """Characters of context to keep under by shrinking old tool results; None: no limit."""
-    max_total_tokens: int | None = None
-    """Token budget of one turn (status budget_exceeded when spent)."""
-    max_cost: float | None = None
-    """Cost budget of one turn (needs ``prices`` for the model)."""
-    prices: Mapping[str, ModelPrice] | None = None
-    """Price per model, for cost in usage events and ``max_cost``."""
-    interventions: Interventions | None = None
-    """before_tool / after_tool hooks that may change tool calls."""
-    hooks: Hooks | None = None
-    """Observe-only callbacks."""
-    tool_gate: ToolGate | None = None
-    """Approver every tool call passes; no decision is a denial."""
-    mcp_servers: Sequence[MCPProvider | MCPClient] = field(default_factory=tuple)
+    mcp_servers: tuple[MCPProvider, ...]
     """MCP servers whose tools it may call (an MCPProvider sets prefix / allow / block)."""
-    skills_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None
+    skills_dir: _SkillsDir | None
     """Directory (or directories) of skills, ``<name>/SKILL.md``, the model may load."""
-    skills: SkillSet = field(init=False, repr=False, default_factory=SkillSet)
+    base_url: str | None
+    """The OpenAI-compatible endpoint; None: the settings' (OPENAI_BASE_URL), else OpenAI."""
+    api_key: str | None = field(repr=False)
+    """Its key; None: the settings' (OPENAI_API_KEY). Never shown in repr."""
+    loop: LoopConfig
+    """The loop's knobs: model, system prompt, tool mode, limits, messages, budgets, hooks."""
+    skills: SkillSet = field(init=False, repr=False)
     """The skills found in ``skills_dir`` (discovered at construction; empty without one)."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not AGENT_NAME_RE.match(self.name):
+    def __init__(
+        self,
+        name: str,
+        *,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        mcp_servers: Sequence[MCPProvider | MCPClient] = (),
+        skills_dir: _SkillsDir | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        loop: LoopConfig | None = None,
+        **knobs: Any,
+    ) -> None:
+        if not isinstance(name, str) or not AGENT_NAME_RE.match(name):
             raise AgentConfigError(
-                f"agent name {self.name!r} is invalid: use 1-64 characters from [A-Za-z0-9_-]"
+                f"agent name {name!r} is invalid: use 1-64 characters from [A-Za-z0-9_-]"
             )
-        if isinstance(self.tools, str | bytes) or not isinstance(self.tools, Sequence):
-            raise AgentConfigError(f"agent {self.name!r}: tools must be a list of tools")
+        unknown = sorted(set(knobs) - _KNOBS)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(_KNOBS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise AgentConfigError(
+                f"agent {name!r}: unknown setting {unknown[0]!r}{hint}; an Agent takes name, "
+                "tools, mcp_servers, skills_dir, base_url, api_key, loop and the knobs of "
+                "LoopConfig"
+            )
+        if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+            raise AgentConfigError(f"agent {name!r}: tools must be a list of tools")
         try:
-            skills = SkillSet.from_paths(self.skills_dir) if self.skills_dir is not None else None
+            skills = SkillSet.from_paths(skills_dir) if skills_dir is not None else SkillSet()
         except SkillError as exc:
-            raise AgentConfigError(f"agent {self.name!r}: {exc.message}") from None
-        if skills is not None:
-            object.__setattr__(self, "skills", skills)
+            raise AgentConfigError(f"agent {name!r}: {exc.message}") from None
         try:
-            if isinstance(self.mcp_servers, str | bytes) or not isinstance(
-                self.mcp_servers, Sequence
-            ):
+            if loop is not None and not isinstance(loop, LoopConfig):
+                raise ValueError(f"loop must be a LoopConfig, got {loop!r}")
+            config = loop if loop is not None else LoopConfig()
+            if knobs:
+                config = dataclasses.replace(config, **knobs)
+            if isinstance(mcp_servers, str | bytes) or not isinstance(mcp_servers, Sequence):
                 raise ValueError("mcp_servers must be a list of MCPClient or MCPProvider")
-            servers = providers_of(self.mcp_servers)
-            wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in self.tools)
-            Registry(wrapped)  # refuses duplicate names
-            mode = check_loop_config(
-                model=self.model if self.model is not None else DEFAULT_MODEL,
-                max_iterations=self.max_iterations,
-                tool_timeout=self.tool_timeout,
-                tool_mode=self.tool_mode,
-            )
-            # Every other knob is checked by building a loop once, here, not at the first turn.
-            self._loop_for(ScriptedLLM([]), self._with_skills(Registry(wrapped)), mode)
+            servers = providers_of(mcp_servers)
+            wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+            # Refuses duplicate names, load_skill among them.
+            _with_skills(Registry(wrapped), skills)
         except ValueError as exc:
-            raise AgentConfigError(f"agent {self.name!r}: {exc}") from None
-        object.__setattr__(self, "tools", wrapped)
-        object.__setattr__(self, "mcp_servers", servers)
-        object.__setattr__(self, "tool_mode", mode)
+            raise AgentConfigError(f"agent {name!r}: {exc}") from None
+        # Frozen: the dataclass's own __setattr__ refuses, so set through object's.
+        for attr, value in (
+            ("name", name),
+            ("tools", wrapped),
+            ("mcp_servers", servers),
+            ("skills_dir", skills_dir),
+            ("base_url", base_url),
+            ("api_key", api_key),
+            ("loop", config),
+            ("skills", skills),
+        ):
+            object.__setattr__(self, attr, value)
 
-    def resolved_model(self) -> str:
-        """The model to use: this agent's, else REACTQ_MODEL, else gpt-4o-mini."""
-        return self.model or os.environ.get("REACTQ_MODEL") or DEFAULT_MODEL
+    def resolved_model(self, settings: Settings | None = None) -> str:
+        """The model to use: this agent's, else the settings' (REACTQ_MODEL), else gpt-4o-mini.
+
+        ``settings`` None reads ``Settings.from_env()``.
+        """
+        if self.loop.model:
+            return self.loop.model
+        return _settings(settings).model or DEFAULT_MODEL
+
+    def resolved_loop(self, settings: Settings | None = None) -> LoopConfig:
+        """The LoopConfig its loop runs: the model resolved, the skills in the system prompt."""
+        return dataclasses.replace(
+            self.loop,
+            model=self.resolved_model(settings),
+            system_prompt=self.skills.system_prompt(self.loop.system_prompt),
+        )
 
     def registry(self) -> Registry:
         """A fresh Registry of this agent's tools (and ``load_skill`` when it has skills).
 
         MCP tools are not in it: ``MCPManager.start`` attaches them on a running loop.
         """
-        return self._with_skills(Registry(self.tools))
+        return _with_skills(Registry(self.tools), self.skills)
 
-    def build_loop(self, llm: LLMClient, registry: Registry | None = None) -> AgentLoop:
+    def build_loop(
+        self, llm: LLMClient, registry: Registry | None = None, *, settings: Settings | None = None
+    ) -> AgentLoop:
         """The AgentLoop for this agent, talking to ``llm``.
 
         ``registry`` defaults to ``self.registry()``; pass one that MCP tools were
-        attached to (the loop fixes its tool list when it is built).
+        attached to (the loop fixes its tool list when it is built). ``settings``
+        give the default model (None reads ``Settings.from_env()``).
         """
         tools = registry if registry is not None else self.registry()
-        return self._loop_for(llm, tools, self.tool_mode, self.resolved_model())
+        return AgentLoop(llm, tools, self.resolved_loop(settings))
 
-    def _with_skills(self, registry: Registry) -> Registry:
-        if len(self.skills):
-            registry.register(self.skills.tool())
-        return registry
+    def build_llm(self, settings: Settings | None = None, **options: Any) -> OpenAICompatibleClient:
+        """An OpenAICompatibleClient for this agent: its endpoint and key, else the settings'.
 
-    def _loop_for(
-        self, llm: LLMClient, registry: Registry, mode: ToolMode, model: str | None = None
-    ) -> AgentLoop:
-        return AgentLoop(
-            llm,
-            registry,
-            model=model or self.model or DEFAULT_MODEL,
-            system_prompt=self.skills.system_prompt(self.system_prompt),
-            max_iterations=self.max_iterations,
-            fallback_message=self.fallback_message,
-            error_fallback_message=self.error_fallback_message,
-            tool_timeout=self.tool_timeout,
-            tool_mode=mode,
-            stream=self.stream,
-            tool_message_role=self.tool_message_role,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            reasoning_effort=self.reasoning_effort,
-            repeat_call_limit=self.repeat_call_limit,
-            wrap_up=self.wrap_up,
-            context_budget=self.context_budget,
-            max_total_tokens=self.max_total_tokens,
-            max_cost=self.max_cost,
-            prices=self.prices,
-            interventions=self.interventions,
-            hooks=self.hooks,
-            tool_gate=self.tool_gate,
-        )
-
-    def build_llm(self, **options: Any) -> OpenAICompatibleClient:
-        """An OpenAICompatibleClient for this agent (its endpoint and key, else the env).
-
-        Create it on the event loop that will use it; ``options`` go to the client
-        (timeout, max_retries).
+        ``settings`` None reads ``Settings.from_env()``. Create it on the event
+        loop that will use it; ``options`` go to the client (timeout, max_retries).
         """
+        s = _settings(settings)
+        key = self.api_key or (s.openai_api_key.get_secret_value() if s.openai_api_key else None)
         return OpenAICompatibleClient(
-            base_url=self.base_url, api_key=self.api_key, model=self.resolved_model(), **options
+            base_url=self.base_url or s.openai_base_url,
+            api_key=key,
+            model=self.resolved_model(s),
+            **options,
         )
+
+
+def _settings(settings: Settings | None) -> Settings:
+    return settings if settings is not None else Settings.from_env()
+
+
+def _with_skills(registry: Registry, skills: SkillSet) -> Registry:
+    if len(skills):
+        registry.register(skills.tool())
+    return registry
 
 
 def load_agents(specs: Sequence[str]) -> dict[str, Agent]:

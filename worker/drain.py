@@ -1,11 +1,13 @@
 """The drain: run a session's pending turns one at a time under its lease.
 
-DESIGN.md steps 2-5. ``drain`` takes the session lease (or returns: the holder
-drains), moves turns one by one into the running slot, runs each while renewing
-the lease, commits it fenced by the lease's token, and finally releases the lease
-and looks at pending once more so that a turn pushed during release is never
-stranded. A turn found in the running slot was left by a dead holder and runs
-again as attempt n+1, until ``max_attempts`` runs were lost.
+The worker's side of docs/architecture.md, "Session protocol", steps 2-5, built
+on the operations of ``reactq.shared.protocol``. ``drain`` takes the session
+lease (or returns: the holder drains), moves turns one by one into the running
+slot, runs each while renewing the lease, commits it fenced by the lease's
+token, and finally releases the lease and looks at pending once more so that a
+turn pushed during release is never stranded. A turn found in the running slot
+was left by a dead holder and runs again as attempt n+1, until ``max_attempts``
+runs were lost. Every final the drain publishes goes through ``_FencedEmitter``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from reactq.shared.bus import E, EventBus, TurnEmitter
-from reactq.shared.errors import StaleLeaseError
-from reactq.shared.events import ErrorEvent, FinalEvent, StartedEvent
-from reactq.shared.locks import SessionLock
-from reactq.shared.sessions import ClaimedTurn, SessionQueue
+from reactq.shared.errors import EvictedError, LeaseLostError, StaleLeaseError
+from reactq.shared.events import FinalEvent, StartedEvent
+from reactq.shared.protocol import endings
+from reactq.shared.protocol.control import CancelMode
+from reactq.shared.protocol.deadlines import Deadlines
+from reactq.shared.protocol.endings import Failure
+from reactq.shared.protocol.lease import SessionLease
+from reactq.shared.protocol.outcomes import ClaimedTurn
+from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
-from reactq.shared.state import StateStore, TurnRecord
+from reactq.shared.state import StateStore
 from reactq.shared.turns import TurnRequest, TurnStatus, validate_session_id
 from reactq.worker.agent.runner import AgentRunner
 
@@ -36,21 +43,13 @@ log = logging.getLogger("reactq.worker")
 Dispatch = Callable[[str, str], Awaitable[None]]
 
 
-class LeaseLostError(Exception):
-    """The worker could not renew the session lease; the turn must not commit."""
-
-
-class EvictedError(Exception):
-    """The worker is shutting down and gave the turn back for another worker."""
-
-
 @dataclass(eq=False)
 class _Running:
     """A turn in flight in this process, reachable by the control listener."""
 
     session_id: str
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    mode: str | None = None
+    mode: CancelMode | None = None
     task: asyncio.Future[FinalEvent] | None = None
     evicted: bool = False
 
@@ -66,7 +65,11 @@ class _FencedEmitter(TurnEmitter):
     async def emit(self, event_cls: type[E], **fields: Any) -> E:
         if event_cls is FinalEvent:
             if self.still_holds is not None and not await self.still_holds():
-                raise LeaseLostError(f"not publishing the final of {self.turn_id}: lease lost")
+                raise LeaseLostError(
+                    f"not publishing the final of {self.turn_id}: lease lost",
+                    session_id=self.session_id,
+                    turn_id=self.turn_id,
+                )
             if self.record_status is not None:
                 await self.record_status(TurnStatus(fields["status"]))
         return await super().emit(event_cls, **fields)
@@ -79,7 +82,8 @@ class Drainer:
         self,
         *,
         queue: SessionQueue,
-        lock: SessionLock,
+        lease: SessionLease,
+        deadlines: Deadlines,
         bus: EventBus,
         store: StateStore,
         runners: dict[str, AgentRunner],
@@ -88,7 +92,8 @@ class Drainer:
         redispatch: Dispatch | None = None,
     ) -> None:
         self.queue = queue
-        self.lock = lock
+        self.lease = lease
+        self.deadlines = deadlines
         self.bus = bus
         self.store = store
         self.runners = runners
@@ -106,7 +111,7 @@ class Drainer:
         """Turns running in this process now."""
         return len(self.running)
 
-    def request_cancel(self, turn_id: str, mode: str = "cancel") -> bool:
+    def request_cancel(self, turn_id: str, mode: CancelMode = CancelMode.CANCEL) -> bool:
         """Stop a turn running here (from a control notice); False if not here."""
         entry = self.running.get(turn_id)
         if entry is None:
@@ -144,7 +149,7 @@ class Drainer:
             return 0
         ran = 0
         while not self.stopping:
-            token = await self.lock.acquire(sid)
+            token = await self.lease.acquire(sid)
             if token is None:
                 return ran
             log.debug("session %s: lease taken (token %d)", sid, token)
@@ -159,7 +164,7 @@ class Drainer:
             finally:
                 self._fenced.pop(sid, None)
                 with contextlib.suppress(RedisError):
-                    await self.lock.release(sid, token)
+                    await self.lease.release(sid, token)
             # Release-then-recheck: a turn pushed while we released would
             # otherwise wait for a drain that already returned "busy".
             if not await self.queue.has_work(sid):
@@ -167,11 +172,11 @@ class Drainer:
             if interrupted:
                 # Whoever holds the session now keeps its deadline fresh; if
                 # nobody does, the reaper finds it due and re-dispatches it.
-                await self.queue.watch(sid)
+                await self.deadlines.watch(sid)
                 if not self.stopping:
                     return ran
         if await self.queue.has_work(sid):
-            await self.queue.watch(sid)
+            await self.deadlines.watch(sid)
             await self.dispatch(sid)  # shutting down: hand the session over
         return ran
 
@@ -203,18 +208,19 @@ class Drainer:
             # lease is gone (a paused process waking up), the turn belongs to its
             # new holder and must get no second final from us.
             if not await self._still_holds(sid, token):
-                raise LeaseLostError(f"lost the lease of {sid} ({exc!r})") from exc
+                raise LeaseLostError(f"lost the lease of {sid} ({exc!r})", session_id=sid) from exc
             # Otherwise end the turn visibly rather than leave it stuck in running.
             log.exception("session %s: turn %s failed in the worker", sid, turn.turn_id)
             with contextlib.suppress(Exception):
-                await self._fail(emitter, "worker_error", f"the worker failed: {exc!r}"[:500])
+                message = f"the worker failed: {exc!r}"[:500]
+                await self._fail(emitter, Failure.WORKER_ERROR, message)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
 
     async def _run_turn(
         self, sid: str, claimed: ClaimedTurn, turn: TurnRequest, emitter: TurnEmitter, token: int
     ) -> None:
         if turn.session_id != sid:
-            await self._fail(emitter, "invalid_turn", "the turn names another session")
+            await self._fail(emitter, Failure.INVALID_TURN, "the turn names another session")
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
         if claimed.attempt > 1 and await self._already_committed(sid, turn.turn_id, emitter):
@@ -222,12 +228,13 @@ class Drainer:
         if claimed.lost >= self.settings.max_attempts:
             text = f"the turn was lost with its worker {claimed.lost} times; giving up"
             await self.store.ensure_session(sid, turn.agent)
-            await self._fail(emitter, "max_attempts", text, commit_fence=token)
+            await self._fail(emitter, Failure.MAX_ATTEMPTS, text, commit_fence=token)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
         runner = self.runners.get(turn.agent)
         if runner is None:
-            await self._fail(emitter, "unknown_agent", f"this worker does not host {turn.agent!r}")
+            text = f"this worker does not host {turn.agent!r}"
+            await self._fail(emitter, Failure.UNKNOWN_AGENT, text)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
         if self._fenced.get(sid) != token:
@@ -262,7 +269,7 @@ class Drainer:
                 emitter=emitter,
                 fence=token,
                 cancel=entry.cancel,
-                keep_partial=lambda: entry.mode == "interrupt",
+                keep_partial=lambda: entry.mode is CancelMode.INTERRUPT,
             )
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
         finally:
@@ -297,15 +304,19 @@ class Drainer:
                 if done:
                     return task.result()
                 try:
-                    if not await self.lock.renew(sid, token):
-                        raise LeaseLostError(f"another worker holds the lease of {sid}")
+                    if not await self.lease.renew(sid, token):
+                        raise LeaseLostError(
+                            f"another worker holds the lease of {sid}", session_id=sid
+                        )
                     renewed = time.monotonic()
                     await self._poll_cancel_flags(sid)
                 except RedisError as exc:
                     # Keep trying while the lease may still be ours; past its TTL
                     # another worker may hold it, so nothing more may commit.
                     if time.monotonic() - renewed >= ttl:
-                        raise LeaseLostError(f"could not renew the lease of {sid}: {exc}") from exc
+                        raise LeaseLostError(
+                            f"could not renew the lease of {sid}: {exc}", session_id=sid
+                        ) from exc
                     log.warning("session %s: lease renewal failed (%s); retrying", sid, exc)
         finally:
             if not task.done():
@@ -339,47 +350,31 @@ class Drainer:
             if entry.evicted:
                 with contextlib.suppress(RedisError):
                     await self.queue.give_back(sid, turn_id)
-                raise EvictedError(turn_id)
+                raise EvictedError(f"turn {turn_id} given back on shutdown", turn_id=turn_id)
             raise asyncio.CancelledError
         return task.result()
 
     async def _still_holds(self, sid: str, token: int) -> bool:
         try:
-            holder = await self.lock.holder(sid)
+            return await self.lease.holds(sid, token)
         except RedisError:
             return False
-        return holder is not None and holder[0] == token
 
     async def _already_committed(self, sid: str, turn_id: str, emitter: TurnEmitter) -> bool:
         """A re-issued turn whose previous holder died after committing it is done."""
         record = await self.store.get_turn(turn_id)
         if record is None:
             return False
-        if not await self._has_final(sid, turn_id):
-            await emitter.emit(FinalEvent, text=record.final_text or "", status=record.status)
+        await endings.committed(emitter, record)
         await self.queue.finish(sid, turn_id, record.status)
         return True
 
-    async def _has_final(self, sid: str, turn_id: str) -> bool:
-        events = await self.bus.read(sid, after="0")
-        return any(e.type == "final" and e.turn_id == turn_id for e in events)
-
     async def _fail(
-        self, emitter: TurnEmitter, code: str, message: str, commit_fence: int | None = None
+        self, emitter: TurnEmitter, failure: Failure, message: str, commit_fence: int | None = None
     ) -> None:
-        log.error("turn %s failed: %s: %s", emitter.turn_id, code, message)
-        await emitter.emit(ErrorEvent, code=code, message=message)
-        if commit_fence is not None:
-            record = TurnRecord(
-                turn_id=emitter.turn_id,
-                session_id=emitter.session_id,
-                status=TurnStatus.ERROR,
-                attempt=emitter.attempt,
-                final_text=message,
-                error=code,
-            )
-            await self.store.commit_turn(emitter.session_id, [], record, fence=commit_fence)
-        await emitter.emit(FinalEvent, text=message, status=TurnStatus.ERROR)
+        log.error("turn %s failed: %s: %s", emitter.turn_id, failure, message)
+        store = self.store if commit_fence is not None else None
+        await endings.failed(emitter, failure, message, store=store, fence=commit_fence)
 
     async def _reject_malformed(self, sid: str, claimed: ClaimedTurn, exc: Exception) -> None:
         """A payload we cannot parse: report it on its turn if it has an id, go on."""
@@ -387,7 +382,8 @@ class Drainer:
         turn_id = claimed.turn_id or _guess_turn_id(claimed.payload)
         if turn_id:
             emitter = TurnEmitter(self.bus, sid, turn_id, claimed.attempt)
-            await self._fail(emitter, "invalid_turn", f"the turn payload is malformed: {exc}")
+            text = f"the turn payload is malformed: {exc}"
+            await self._fail(emitter, Failure.INVALID_TURN, text)
         await self.queue.finish(sid, claimed.turn_id, TurnStatus.ERROR)
 
 

@@ -24,6 +24,8 @@ async def run_local_turn(
 ) -> FinalEvent:
     """Run one turn of ``agent`` in this process on the configured state store.
 
+    The model endpoint and default model come from ``settings`` (unless the agent names its own).
+
     ``on_event`` sees every event as it happens (the CLI prints them).
     """
 
@@ -31,9 +33,9 @@ async def run_local_turn(
     validate_message(message, settings.max_message_bytes)
     bus = MemoryEventBus()
     store = await open_store(settings.database_url)
-    llm = agent.build_llm()
+    llm = agent.build_llm(settings)
     try:
-        runner = AgentRunner(agent.build_loop(llm), store, agent.name)
+        runner = AgentRunner(agent.build_loop(llm, settings=settings), store, agent.name)
         turn_id = new_turn_id()
         stream = bus.subscribe(session_id, after="0")
 

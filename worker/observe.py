@@ -20,6 +20,7 @@ from typing import Any
 from reactq.shared.events import FinalEvent
 from reactq.shared.logs import log_context
 from reactq.shared.metrics import WorkerMetrics
+from reactq.shared.settings import Settings
 from reactq.shared.tracing import tracer
 from reactq.worker.agent.interventions import Hooks, ToolCallInfo, call_hook
 from reactq.worker.agent.runner import AgentRunner
@@ -184,13 +185,15 @@ class ObservingHooks(Hooks):
         await call_hook(self.inner, "on_tool_end", call, output=output, ok=ok)
 
 
-def observed_agent(agent: Agent, observer: Observer) -> Agent:
+def observed_agent(agent: Agent, observer: Observer, settings: Settings) -> Agent:
     """``agent`` with ObservingHooks around its own hooks; itself when nothing is recorded.
 
     The hooks are only added when needed: a loop with hooks copies each tool
     call's arguments for them, a cost the default worker need not pay.
+    ``settings`` give the model spans name when the agent names none.
     """
     if not observer.active:
         return agent
-    hooks = ObservingHooks(agent.name, agent.resolved_model(), observer, agent.hooks)
-    return dataclasses.replace(agent, hooks=hooks)
+    model = agent.resolved_model(settings)
+    hooks = ObservingHooks(agent.name, model, observer, agent.loop.hooks)
+    return dataclasses.replace(agent, loop=dataclasses.replace(agent.loop, hooks=hooks))

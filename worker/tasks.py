@@ -1,12 +1,12 @@
 """The ``reactq.drain`` Celery task and the worker process's lifecycle.
 
 The task body only hands the session to the process's asyncio loop
-(``bridge.py``) and waits; the protocol itself lives in ``drain.py``.
+(``bridge.py``) and waits; the worker's side of the protocol lives in
+``drain.py``, the Celery app and the dispatch in ``reactq.shared.protocol.dispatch``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 from celery import Celery, Task
 from celery.signals import worker_shutting_down
 
-from reactq.shared.keys import DRAIN_TASK, Keys
+from reactq.shared.keys import Keys
 from reactq.shared.logs import log_context
+from reactq.shared.protocol.dispatch import DRAIN_TASK, Dispatcher, celery_app
 from reactq.shared.settings import Settings
-from reactq.worker.app import create_app
+from reactq.shared.tracing import extract_context, tracer
 from reactq.worker.bridge import Bridge
 from reactq.worker.definitions import Agent
 
@@ -40,8 +41,6 @@ def bind_tasks(app: Celery) -> None:
         if not _bridge.settings.tracing:
             return _bridge.run(work)
         from opentelemetry import context, trace
-
-        from reactq.shared.tracing import extract_context, tracer
 
         # The producer's span travels in the message headers (shared/tracing.py).
         parent = extract_context(vars(self.request))
@@ -98,18 +97,13 @@ def run_worker(
     settings = settings.model_copy(update={"concurrency": concurrency})
     name = hostname or f"reactq-{os.getpid()}@{socket.gethostname()}"
     keys = Keys(settings.namespace)
-    app = create_app(settings)
+    app = celery_app(settings, consumer=True)
     bind_tasks(app)
     _bridge = Bridge(settings, agents, name)
-
-    async def redispatch(session_id: str, agent: str) -> None:
-        await asyncio.to_thread(
-            app.send_task, DRAIN_TASK, args=[session_id], queue=keys.queue(agent)
-        )
-
     _bridge.start()
     if _bridge.drainer is not None:
-        _bridge.drainer.redispatch = redispatch
+        # The reaper and a shutdown hand-over send through the worker's own app.
+        _bridge.drainer.redispatch = Dispatcher(settings, app).drain
 
     def on_shutdown(**_: Any) -> None:
         if _bridge is not None:

@@ -21,7 +21,14 @@ from bench.peers.common import (
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state.memory import MemoryStateStore
-from reactq.worker.agent import AgentLoop, AgentRunner, LLMResponse, OpenAICompatibleClient, tool
+from reactq.worker.agent import (
+    AgentLoop,
+    AgentRunner,
+    LLMResponse,
+    LoopConfig,
+    OpenAICompatibleClient,
+    tool,
+)
 from reactq.worker.agent.llm.base import DeltaSink, RequestOptions
 from reactq.worker.agent.tools import Registry
 
@@ -83,7 +90,7 @@ async def main() -> None:
         if http
         else ScriptedClient(args.latency)
     )
-    loop = AgentLoop(llm, Registry([get_weather, get_time]), model="bench-model")
+    loop = AgentLoop(llm, Registry([get_weather, get_time]), LoopConfig(model="bench-model"))
     question = "Weather and time in Paris?"
     n = args.session_turns
     if args.scenario == "loop":

@@ -7,7 +7,6 @@ demo runs from any directory, whatever the application beside it names its modul
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import statistics
 import subprocess
@@ -25,7 +24,7 @@ from reactq.producer.render import render
 from reactq.shared.events import Event
 from reactq.shared.redis_client import forget_namespace
 from reactq.shared.settings import Settings
-from reactq.worker.cli import ensure_model_endpoint
+from reactq.worker.cli import model_endpoint
 from reactq.worker.definitions import Agent, load_agents
 from reactq.worker.local import run_local_turn
 
@@ -57,18 +56,13 @@ def _plan(sessions: int, tag: str) -> list[tuple[str, str]]:
 
 def run_demo(sessions: int = 4, in_process: bool = False) -> int:
     """Run the demo; returns the exit code."""
-    settings = Settings.from_env()
     agents = load_agents([DEMO_AGENT])
-    server = ensure_model_endpoint(agents)
-    try:
+    with model_endpoint(Settings.from_env(), agents) as settings:
         if not in_process and _redis_answers(settings.redis_url):
             return asyncio.run(_pool_demo(settings, sessions))
         reason = "as asked" if in_process else f"Redis does not answer at {settings.redis_url}"
         print(f"reactq demo: {reason}: running the agent in-process on SQLite, no pool.\n")
         return asyncio.run(_local_demo(settings, agents["weather"], sessions))
-    finally:
-        if server is not None:
-            server.stop()
 
 
 async def _local_demo(settings: Settings, agent: Agent, sessions: int) -> int:
@@ -90,7 +84,10 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
     namespace = f"{settings.namespace}-demo-{tag}"
     logs = Path(".reactq/demo-logs")
     logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "REACTQ_NAMESPACE": namespace, "PYTHONUNBUFFERED": "1"}
+    demo = settings.model_copy(update={"namespace": namespace})
+    # The workers read their settings back from this: the namespace, and the model
+    # endpoint (the offline model, when this process started it).
+    env = demo.child_env(PYTHONUNBUFFERED="1")
     print(
         f"reactq demo: Redis answers at {settings.redis_url}: starting 2 worker processes "
         f"(namespace {namespace}, logs in {logs}/)\n"
@@ -115,7 +112,7 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
         )
         for i in range(2)
     ]
-    producer = Producer(settings.model_copy(update={"namespace": namespace}))
+    producer = Producer(demo)
     try:
         deadline = time.monotonic() + 60
         while await producer.redis.hlen(producer.keys.workers) < len(workers):

@@ -9,6 +9,13 @@ so one session's keys share a cluster slot and one script may touch them all)::
     <ns>:s:{<sid>}:state:turns      hash  turn_id -> turn record JSON
     <ns>:state:turn:<turn_id>       string  the turn's session (to find a turn by id)
 
+Each operation is a script ``state_<op>.lua`` beside this module, read once at
+import. A script gets the session's keys in that order (KEYS[1] the state hash,
+KEYS[2] the branches, KEYS[3] the messages, KEYS[4] the turn records); branch
+``b``'s own message ``n`` is the field ``b|n`` of the messages hash. A script
+returns an error as ``{code, ...}`` for Python to raise, never as a Lua error,
+so that nothing is half-written.
+
 Records carry a schema version (``v``); a reader refuses a newer one. Text a UTF-8
 codec refuses (lone surrogates, NUL) is stored escaped (``shared.state.text``, as
 the SQL store does) and read back as it was.
@@ -31,7 +38,7 @@ from reactq.shared.errors import (
     SessionNotFoundError,
 )
 from reactq.shared.messages import ChatMessage, ToolCall
-from reactq.shared.state import redis_lua as lua
+from reactq.shared.redis_client import lua_source
 from reactq.shared.state.base import (
     BranchInfo,
     SessionInfo,
@@ -47,6 +54,14 @@ from reactq.shared.turns import TurnStatus
 
 RECORD_VERSION = 1
 """Schema version of every record this store writes."""
+
+_ENSURE = lua_source(__name__, "state_ensure")
+_WRITE = lua_source(__name__, "state_branches", "state_write")
+_READ = lua_source(__name__, "state_branches", "state_read")
+_FORK = lua_source(__name__, "state_branches", "state_fork")
+_SWITCH = lua_source(__name__, "state_switch")
+_TRUNCATE = lua_source(__name__, "state_branches", "state_truncate")
+_CLAIM = lua_source(__name__, "state_claim")
 
 
 class RedisStateStore:
@@ -72,13 +87,13 @@ class RedisStateStore:
             rest = "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
             redis = Redis.from_url(urlunsplit(parts._replace(query=rest)))
         self.redis = redis
-        self._ensure = redis.register_script(lua.ENSURE)
-        self._write_script = redis.register_script(lua.WRITE)
-        self._read_script = redis.register_script(lua.READ)
-        self._fork = redis.register_script(lua.FORK)
-        self._switch = redis.register_script(lua.SWITCH)
-        self._truncate = redis.register_script(lua.TRUNCATE)
-        self._claim = redis.register_script(lua.CLAIM)
+        self._ensure = redis.register_script(_ENSURE)
+        self._write_script = redis.register_script(_WRITE)
+        self._read_script = redis.register_script(_READ)
+        self._fork = redis.register_script(_FORK)
+        self._switch = redis.register_script(_SWITCH)
+        self._truncate = redis.register_script(_TRUNCATE)
+        self._claim = redis.register_script(_CLAIM)
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> RedisStateStore:

@@ -1,6 +1,7 @@
 """The ReAct kernel: loop, runner, LLM clients and tools. Imports no Celery."""
 
 from reactq.worker.agent.cancel import CancelHandle
+from reactq.worker.agent.config import LoopConfig
 from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
@@ -30,6 +31,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "AgentLoop",
     "AgentRunner",
     "CancelHandle",
+    "LoopConfig",
     "RunResult",
     "ToolMode",
     # text tool modes

@@ -20,15 +20,13 @@ from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import ToolError
 from reactq.shared.events import ActionEvent, ObservationEvent, ToolFailedEvent
 from reactq.shared.messages import ToolCall
+from reactq.worker.agent.config import LoopConfig
 from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
-    Hooks,
-    Interventions,
     ReplaceToolArgs,
     ToolCallInfo,
     ToolDecision,
-    ToolGate,
     call_hook,
     maybe_await,
 )
@@ -127,26 +125,15 @@ class _UnderDeadline:
 
 
 class ToolExecutor:
-    """Runs tool calls for one loop configuration (shared by its runs; holds no run state)."""
+    """Runs tool calls under one LoopConfig (shared by its runs; holds no run state).
 
-    def __init__(
-        self,
-        registry: Registry,
-        *,
-        tool_timeout: float | None,
-        interventions: Interventions | None,
-        hooks: Hooks | None,
-        tool_gate: ToolGate | None,
-        tool_gate_timeout: float | None,
-        repeat_call_limit: int | None,
-    ) -> None:
+    It reads the config's tool_timeout, tool_gate (and its timeout), interventions,
+    hooks and repeat_call_limit.
+    """
+
+    def __init__(self, registry: Registry, config: LoopConfig) -> None:
         self.registry = registry
-        self.tool_timeout = tool_timeout
-        self.interventions = interventions
-        self.hooks = hooks
-        self.tool_gate = tool_gate
-        self.tool_gate_timeout = tool_gate_timeout
-        self.repeat_call_limit = repeat_call_limit
+        self.config = config
 
     async def run_step(
         self,
@@ -175,12 +162,13 @@ class ToolExecutor:
             else:
                 batch.append(prepared)
         outputs += await self._run_batch(batch, emitter, context, iteration)
-        if self.repeat_call_limit is not None:
+        limit = self.config.repeat_call_limit
+        if limit is not None:
             for index, call in enumerate(calls):
                 # The raw text is the key: "identical" means the model wrote the same call.
                 key = (call.name, call.arguments.strip())
                 seen[key] = count = seen.get(key, 0) + 1
-                if count > self.repeat_call_limit:
+                if count > limit:
                     outputs[index] += REPEAT_NUDGE.format(count=count)
         return outputs
 
@@ -252,21 +240,21 @@ class ToolExecutor:
 
     async def _execute(self, item: _Call, context: ToolContext, iteration: int) -> None:
         call = item.call
+        config = self.config
+        hooks, interventions = config.hooks, config.interventions
         info: ToolCallInfo | None = None
-        if self.tool_gate is not None or self.interventions is not None or self.hooks is not None:
+        if config.tool_gate is not None or interventions is not None or hooks is not None:
             info = ToolCallInfo.of(call, item.args, context.session_id, context.turn_id, iteration)
             denial = await self._check(item, info)
             if denial is not None:
                 item.failure = ("denied", denial)
-                await call_hook(self.hooks, "on_tool_start", info)
-                await call_hook(
-                    self.hooks, "on_tool_end", info, output=f"Error: {denial}", ok=False
-                )
+                await call_hook(hooks, "on_tool_start", info)
+                await call_hook(hooks, "on_tool_end", info, output=f"Error: {denial}", ok=False)
                 return
-            await call_hook(self.hooks, "on_tool_start", info)
+            await call_hook(hooks, "on_tool_start", info)
         ok, text = await self._invoke(item, context)
         if ok:
-            if self.interventions is not None and self.interventions.after_tool is not None:
+            if interventions is not None and interventions.after_tool is not None:
                 assert info is not None
                 text += await self._after_note(info, text)
             item.output = text
@@ -275,11 +263,11 @@ class ToolExecutor:
             item.failure = (code, error)
             text = f"Error: {error}"
         if info is not None:
-            await call_hook(self.hooks, "on_tool_end", info, output=text, ok=ok)
+            await call_hook(hooks, "on_tool_end", info, output=text, ok=ok)
 
     async def _invoke(self, item: _Call, context: ToolContext) -> tuple[bool, str]:
         """(True, result text) or (False, "code\\0error")."""
-        limit = item.tool.timeout if item.tool.timeout is not None else self.tool_timeout
+        limit = item.tool.timeout if item.tool.timeout is not None else self.config.tool_timeout
         call = item.tool.call(item.args, context)
         timed = _UnderDeadline(call, limit) if limit is not None else None
         try:
@@ -302,11 +290,11 @@ class ToolExecutor:
 
     async def _check(self, item: _Call, info: ToolCallInfo) -> str | None:
         """The reason the call may not run, or None; may replace ``item.args``."""
-        if self.tool_gate is not None:
+        if self.config.tool_gate is not None:
             reason = await self._ask_gate(info)
             if reason is not None:
                 return reason
-        interventions = self.interventions
+        interventions = self.config.interventions
         if interventions is None or interventions.before_tool is None:
             return None
         try:
@@ -328,10 +316,11 @@ class ToolExecutor:
         return f"the call was denied: the policy check answered {type(verdict).__name__}"
 
     async def _ask_gate(self, info: ToolCallInfo) -> str | None:
-        assert self.tool_gate is not None
+        gate = self.config.tool_gate
+        assert gate is not None
         try:
-            async with asyncio.timeout(self.tool_gate_timeout):
-                decision = await maybe_await(self.tool_gate(info))
+            async with asyncio.timeout(self.config.tool_gate_timeout):
+                decision = await maybe_await(gate(info))
         except TimeoutError:
             return "the call was denied: no approval arrived in time"
         except Exception as exc:
@@ -348,9 +337,10 @@ class ToolExecutor:
         return f"the call was denied: the approver gave no decision ({type(decision).__name__})"
 
     async def _after_note(self, info: ToolCallInfo, text: str) -> str:
-        assert self.interventions is not None and self.interventions.after_tool is not None
+        interventions = self.config.interventions
+        assert interventions is not None and interventions.after_tool is not None
         try:
-            note = await maybe_await(self.interventions.after_tool(info, text))
+            note = await maybe_await(interventions.after_tool(info, text))
         except Exception:
             log.warning("after_tool raised for %s; no note added", info.tool, exc_info=True)
             return ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.bus import TurnEmitter
@@ -33,15 +34,33 @@ from reactq.worker.agent.tools import ToolContext
 from reactq.worker.agent.usage import UsageMeter
 
 if TYPE_CHECKING:
-    from reactq.worker.agent.loop import AgentLoop, RunResult
+    from reactq.worker.agent.loop import AgentLoop
 
-__all__ = ["TRUNCATION_MARK", "WRAP_UP_PROMPT"]
+__all__ = ["TRUNCATION_MARK", "WRAP_UP_PROMPT", "Run", "RunResult"]
 
 TRUNCATION_MARK = "\n\n[The answer was cut off: it reached the output token limit.]"
 WRAP_UP_PROMPT = (
     "You have used every step you are allowed. Do not call any tool. Using what you "
     "have learned so far, give your best final answer now."
 )
+
+
+@dataclass
+class RunResult:
+    """What one run of the loop produced."""
+
+    status: TurnStatus
+    """COMPLETED, MAX_ITERATIONS, ERROR, BUDGET_EXCEEDED or CANCELLED."""
+    text: str
+    """The final answer, or the fallback message."""
+    messages: list[ChatMessage] = field(default_factory=list)
+    """The new messages of this run (not the input), ending with the assistant's answer."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Token usage summed over every model call."""
+    error: ReactqError | None = None
+    """Why it ended in ERROR or BUDGET_EXCEEDED."""
+    cost: float | None = None
+    """What the run cost, when the loop has a price for its model."""
 
 
 class _Deltas:
@@ -84,7 +103,7 @@ class Run:
             session_id=emitter.session_id, turn_id=emitter.turn_id, attempt=emitter.attempt
         )
         self.cancel = cancel
-        self.meter = UsageMeter(loop.price, loop.max_total_tokens, loop.max_cost)
+        self.meter = UsageMeter(loop.price, loop.config.max_total_tokens, loop.config.max_cost)
         self.new: list[ChatMessage] = []
         self.wire: list[dict[str, Any]] = []
         self.seen: dict[tuple[str, str], int] = {}
@@ -93,20 +112,20 @@ class Run:
 
     async def execute(self, messages: list[ChatMessage]) -> RunResult:
         """Run to the end; returns the result (only CancelledError escapes)."""
-        loop = self.loop
+        loop, config = self.loop, self.loop.config
         self.wire = [*loop.prefix, *(m.to_openai() for m in messages)]
         native = loop.mode.native
         try:
-            for self.iteration in range(1, loop.max_iterations + 1):
+            for self.iteration in range(1, config.max_iterations + 1):
                 if self.cancel is not None and self.cancel.is_set():
-                    return self._end(TurnStatus.CANCELLED, loop.cancelled_message)
+                    return self._end(TurnStatus.CANCELLED, config.cancelled_message)
                 response = await self._ask(loop.tools)
                 done = await (self._native_step(response) if native else self._text_step(response))
                 if done is not None:
                     return done
             return await self._wrap_up()
         except RunCancelled:
-            return self._end(TurnStatus.CANCELLED, loop.cancelled_message)
+            return self._end(TurnStatus.CANCELLED, config.cancelled_message)
         except _OverBudget as over:
             return await self._over_budget(over.which)
         except (LLMError, ParserError, EmptyResponseError) as exc:
@@ -202,20 +221,20 @@ class Run:
         return await self._ask(self.loop.tools, extra)
 
     async def _wrap_up(self) -> RunResult:
-        loop = self.loop
-        if not loop.wrap_up:
-            return self._end(TurnStatus.MAX_ITERATIONS, loop.fallback_message)
+        loop, fallback = self.loop, self.loop.config.fallback_message
+        if not loop.config.wrap_up:
+            return self._end(TurnStatus.MAX_ITERATIONS, fallback)
         try:
             response = await self._ask(None, [{"role": "user", "content": WRAP_UP_PROMPT}])
         except LLMError:
-            return self._end(TurnStatus.MAX_ITERATIONS, loop.fallback_message)
+            return self._end(TurnStatus.MAX_ITERATIONS, fallback)
         text = response.content or ""
         if loop.mode.parser is not None:
             step = self._parse(response)
             if isinstance(step, ParsedStep) and step.final is not None:
                 text = step.final
         if not text.strip():
-            return self._end(TurnStatus.MAX_ITERATIONS, loop.fallback_message)
+            return self._end(TurnStatus.MAX_ITERATIONS, fallback)
         if response.truncated:
             text += TRUNCATION_MARK
         return self._end(TurnStatus.MAX_ITERATIONS, text)
@@ -225,20 +244,21 @@ class Run:
     async def _ask(
         self, tools: list[dict[str, Any]] | None, extra: list[dict[str, Any]] | None = None
     ) -> LLMResponse:
-        loop = self.loop
+        loop, config = self.loop, self.loop.config
         self._check_stop()
         wire = self.wire if extra is None else [*self.wire, *extra]
-        if loop.context_budget is not None:
-            wire = fit_context(wire, loop.context_budget, protect=self.step_size + len(extra or ()))
-        hooks = loop.hooks
+        if config.context_budget is not None:
+            protect = self.step_size + len(extra or ())
+            wire = fit_context(wire, config.context_budget, protect=protect)
+        hooks = config.hooks
         if hooks is not None:
             await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
-        deltas = _Deltas(self.emitter, loop.delta_interval) if loop.stream else None
+        deltas = _Deltas(self.emitter, config.delta_interval) if config.stream else None
         call = loop.llm.complete(
             wire,
             model=loop.model,
             tools=tools,
-            stream=loop.stream,
+            stream=config.stream,
             options=loop.options,
             on_delta=deltas.add if deltas is not None else None,
         )
@@ -291,7 +311,7 @@ class Run:
             cost=self.meter.cost,
         )
         await self._report(error)
-        return self._end(TurnStatus.BUDGET_EXCEEDED, self.loop.budget_message, error)
+        return self._end(TurnStatus.BUDGET_EXCEEDED, self.loop.config.budget_message, error)
 
     # -- endings --------------------------------------------------------------------
 
@@ -307,7 +327,7 @@ class Run:
     async def fail(self, error: ReactqError) -> RunResult:
         """End in ERROR: report it (if the bus still works) and return the fallback."""
         await self._report(error)
-        return self._end(TurnStatus.ERROR, self.loop.error_fallback_message, error)
+        return self._end(TurnStatus.ERROR, self.loop.config.error_fallback_message, error)
 
     async def _report(self, error: ReactqError) -> None:
         context = {"iteration": self.iteration, "model": self.loop.model, **error.details}
@@ -321,8 +341,6 @@ class Run:
     def _end(
         self, status: TurnStatus, text: str, error: ReactqError | None = None, keep: bool = False
     ) -> RunResult:
-        from reactq.worker.agent.loop import RunResult
-
         if not keep:
             # Keep the history valid for the next turn: every tool call answered.
             self.new = _answered_prefix(self.new)

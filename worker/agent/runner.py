@@ -70,13 +70,14 @@ class AgentRunner:
             user = ChatMessage(role="user", content=message, turn_id=turn_id)
             if signal is not None and signal.is_set():
                 if keep_partial is not None and keep_partial():
-                    await self._commit_interrupted(session_id, user, [], emitter, fence)
+                    # Stopped before it read any branch: the active one is its branch.
+                    await self._commit_interrupted(session_id, user, [], emitter, fence, None)
                     return await emitter.emit(
                         FinalEvent, text=INTERRUPTED_MESSAGE, status=TurnStatus.CANCELLED
                     )
                 return await emitter.emit(
                     FinalEvent,
-                    text=self.loop.cancelled_message,
+                    text=self.loop.config.cancelled_message,
                     status=TurnStatus.CANCELLED,
                     usage={},
                 )
@@ -101,7 +102,9 @@ class AgentRunner:
             if result.status is TurnStatus.CANCELLED:
                 if keep_partial is not None and keep_partial():
                     steps = result.messages[:-1]  # the last one is the cancel notice
-                    await self._commit_interrupted(session_id, user, steps, emitter, fence)
+                    # To the branch the turn read, like the normal commit below: the
+                    # head may have moved (a fork, a switch) while the turn ran.
+                    await self._commit_interrupted(session_id, user, steps, emitter, fence, branch)
                     return await emitter.emit(
                         FinalEvent,
                         text=INTERRUPTED_MESSAGE,
@@ -142,7 +145,7 @@ class AgentRunner:
                 else ReactqError(f"the turn failed: {type(exc).__name__}: {exc}")
             )
             await self._emit_error(emitter, error)
-            text, status, usage = self.loop.error_fallback_message, TurnStatus.ERROR, {}
+            text, status, usage = self.loop.config.error_fallback_message, TurnStatus.ERROR, {}
         # Outside the try: if the bus cannot take the final, retrying here could
         # publish it twice; the caller sees the exception instead.
         return await emitter.emit(FinalEvent, text=text, status=status, usage=usage, cost=cost)
@@ -154,6 +157,7 @@ class AgentRunner:
         steps: list[ChatMessage],
         emitter: TurnEmitter,
         fence: int | None,
+        branch: str | None,
     ) -> None:
         turn_id = emitter.turn_id
         marker = ChatMessage(role="assistant", content=INTERRUPTED_MESSAGE, turn_id=turn_id)
@@ -167,7 +171,9 @@ class AgentRunner:
             created_at=time.time(),
         )
         produced = [m.model_copy(update={"turn_id": turn_id}) for m in steps]
-        await self.store.commit_turn(session_id, [user, *produced, marker], record, fence=fence)
+        await self.store.commit_turn(
+            session_id, [user, *produced, marker], record, fence=fence, branch_id=branch
+        )
 
     async def _emit_error(self, emitter: TurnEmitter, error: ReactqError) -> None:
         try:

@@ -29,9 +29,12 @@ def check_budget_config(
     max_total_tokens: int | None,
     max_cost: float | None,
     prices: Mapping[str, ModelPrice] | None,
-    model: str,
+    model: str | None,
 ) -> None:
-    """Raise ValueError naming a bad budget knob (or a cost cap without a price)."""
+    """Raise ValueError naming a bad budget knob (or a cost cap without a price).
+
+    ``model`` None skips the price check (the model is not known yet).
+    """
     if max_total_tokens is not None and (
         isinstance(max_total_tokens, bool) or not isinstance(max_total_tokens, int)
     ):
@@ -40,10 +43,12 @@ def check_budget_config(
         raise ValueError(f"max_total_tokens must be >= 1 or None, got {max_total_tokens!r}")
     if max_cost is not None and not max_cost > 0:
         raise ValueError(f"max_cost must be > 0 or None, got {max_cost!r}")
+    if prices is not None and not isinstance(prices, Mapping):
+        raise ValueError(f"prices must be a mapping of model name to ModelPrice, got {prices!r}")
     for name, price in (prices or {}).items():
         if not isinstance(price, ModelPrice):
             raise ValueError(f"prices[{name!r}] must be a ModelPrice, got {price!r}")
-    if max_cost is not None and model not in (prices or {}):
+    if max_cost is not None and model is not None and model not in (prices or {}):
         raise ValueError(
             f"max_cost needs the price of model {model!r}: pass "
             f"prices={{{model!r}: ModelPrice(input_per_million=..., output_per_million=...)}}"

@@ -20,7 +20,6 @@ onto ``shared.errors``::
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -48,10 +47,17 @@ __all__ = ["OpenAICompatibleClient"]
 # Local endpoints (vLLM, Ollama, the ScriptedServer) need no key, but the SDK
 # refuses to start without one.
 PLACEHOLDER_API_KEY = "sk-no-key-required"
+# Given always, so the SDK never falls back to OPENAI_BASE_URL itself: the
+# endpoint comes from Settings (``Agent.build_llm``) or the caller, nowhere else.
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 class OpenAICompatibleClient:
     """An LLMClient on ``AsyncOpenAI``; bind one per event loop and ``aclose()`` it.
+
+    ``base_url`` None means OpenAI's API; ``api_key`` None a placeholder (local
+    endpoints need none). Neither is read from the environment: ``Agent.build_llm``
+    passes the settings' (OPENAI_BASE_URL, OPENAI_API_KEY).
 
     ``max_retries`` / ``retry_base_delay`` / ``retry_max_delay`` /
     ``retry_max_total`` shape the ``RetryPolicy`` (or pass ``retry=`` whole).
@@ -80,11 +86,11 @@ class OpenAICompatibleClient:
             max_total=retry_max_total,
         )
         self.model = model
-        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
+        self._api_key = api_key or PLACEHOLDER_API_KEY
         self._owns_client = client is None
         self._client = client or AsyncOpenAI(
             api_key=self._api_key,
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            base_url=base_url or DEFAULT_BASE_URL,
             timeout=timeout,
             max_retries=0,  # RetryPolicy retries; the SDK must not multiply it
         )

@@ -3,7 +3,7 @@
 It answers ``POST /v1/chat/completions`` with whatever its handler returns (a
 ``Reply``), as JSON or, for ``"stream": true``, as Server-Sent Events split into
 several chunks; it speaks HTTP/1.1 with keep-alive, so the real ``openai`` SDK
-talks to it exactly as to a provider. ``python -m worker.agent.llm.scripted_server
+talks to it exactly as to a provider. ``python -m reactq.worker.agent.llm
 --port N`` serves ``demo_model``.
 """
 
@@ -25,6 +25,7 @@ from reactq.worker.agent.llm.replies import Reply, completion_body, stream_chunk
 __all__ = ["Handler", "Reply", "ScriptedServer", "demo_model", "main"]
 
 Handler = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
+"""What answers each request: its JSON body in, a ``Reply`` (or an awaitable of one) out."""
 _REASONS = {
     200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Timeout",
     413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
@@ -325,7 +326,7 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 def main(argv: list[str] | None = None) -> None:
     """Serve ``demo_model`` until interrupted (``--port``, ``--latency``, ``--host``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m worker.agent.llm.scripted_server",
+        prog="python -m reactq.worker.agent.llm",
         description="An offline OpenAI-compatible endpoint answering with the demo model.",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -9,13 +9,14 @@ tokens often enough.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
+
+from reactq.shared.settings import Settings
 
 __all__ = ["SAFE_ENV_VARS", "redact_url", "safe_environment"]
 
@@ -37,15 +38,12 @@ def redact_url(url: str) -> str:
 
 
 def safe_environment(extra: Mapping[str, str], inherit: Sequence[str]) -> dict[str, str]:
-    """The environment of a stdio server: safe variables, ``inherit`` names, then ``extra``."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key in SAFE_ENV_VARS or key.startswith("LC_")
-    }
-    for name in inherit:
-        if name in os.environ:
-            env[name] = os.environ[name]
+    """The environment of a stdio server: safe variables, ``inherit`` names, then ``extra``.
+
+    The first two come from this worker's environment, through ``Settings.process_env``.
+    """
+    names = {*SAFE_ENV_VARS, *inherit}
+    env = Settings.process_env(lambda key: key in names or key.startswith("LC_"))
     env.update(extra)
     return env
 

@@ -8,11 +8,16 @@ the skill directory:
    resolves symlinks and refuses a path that leads out of the directory.
 2. ``read_confined`` opens the (resolved) relative path by walking from the
    skill directory one part at a time with ``O_NOFOLLOW`` (POSIX), so a symlink
-   swapped in after the check is refused too, and reads only a regular file up
-   to ``MAX_FILE_BYTES`` of UTF-8 text.
+   swapped in after the check is refused too, and reads only a regular file with
+   a single link (a hard link could name a file outside) up to
+   ``MAX_FILE_BYTES`` of UTF-8 text.
 
 Refusals are ``SkillError`` whose message holds no path of the machine (only
-the model's own relative name at most): the text reaches the model.
+the model's own relative name at most): the text reaches the model. Whatever
+the disk decides (missing, leading outside, a symlink met on the walk, a hard
+link) is refused with one message, ``no_such_file``: a different answer for
+"exists outside" and "does not exist" would let the model probe the machine's
+files. Only the name checks, which judge the string alone, say more.
 """
 
 from __future__ import annotations
@@ -24,12 +29,20 @@ from pathlib import Path
 
 from reactq.shared.errors import SkillError
 
-__all__ = ["MAX_FILE_BYTES", "check_relative", "read_confined", "resolve_inside"]
+__all__ = ["MAX_FILE_BYTES", "check_relative", "no_such_file", "read_confined", "resolve_inside"]
 
 MAX_FILE_BYTES = 256 * 1024
 _POSIX_WALK = (
     hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd
 )
+
+
+def no_such_file(shown: str) -> SkillError:
+    """The one refusal for a file that is missing, outside the skill, or linked.
+
+    ``shown`` is the model's own name for the file.
+    """
+    return SkillError(f"the skill has no file {shown!r}")
 
 
 def check_relative(file: str) -> list[str]:
@@ -56,17 +69,15 @@ def resolve_inside(root: Path, file: str) -> list[str]:
     the skill is followed here (the open then walks its target, never a link).
     """
     parts = check_relative(file)
+    # Missing, outside, and inside-but-hidden are refused alike (see the module doc).
     try:
         resolved = Path(os.path.realpath(root.joinpath(*parts), strict=True))
-    except OSError:
-        raise SkillError(f"the skill has no file {file!r}") from None
-    try:
         relative = resolved.relative_to(root)
-    except ValueError:
-        raise SkillError(f"the file {file!r} leads outside the skill's directory") from None
+    except (OSError, ValueError):
+        raise no_such_file(file) from None
     out = list(relative.parts)
     if not out or any(p.startswith(".") for p in out):
-        raise SkillError(f"the file {file!r} resolves to a hidden or invalid name")
+        raise no_such_file(file)
     return out
 
 
@@ -81,11 +92,16 @@ def read_confined(root: Path, parts: list[str], shown: str) -> str:
         try:
             fd = os.open(root.joinpath(*parts), os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError:
-            raise SkillError(f"the file {shown!r} cannot be opened") from None
+            raise no_such_file(shown) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SkillError(f"{shown!r} is not a regular file")
+        # A second name for the file may be anywhere on the filesystem (a hard link
+        # planted in the skill reads a file outside it), so only a file with one
+        # link is read. Checked on the open file: no link made after the check gets in.
+        if info.st_nlink != 1:
+            raise no_such_file(shown)
         if info.st_size > MAX_FILE_BYTES:
             raise SkillError(f"{shown!r} is larger than {MAX_FILE_BYTES // 1024} KiB")
         with os.fdopen(fd, "rb", closefd=True) as handle:
@@ -129,12 +145,9 @@ def _open_walk(root: Path, parts: list[str], shown: str) -> int:
 
 
 def _refusal(exc: OSError, shown: str) -> SkillError:
-    # ELOOP: the part is a symlink (O_NOFOLLOW); ENOTDIR: a symlink or file where a
-    # directory was expected. Neither message names a path of the machine.
-    if exc.errno in (errno.ELOOP, errno.EMLINK):
-        return SkillError(f"the file {shown!r} is reached through a symlink; refused")
-    if exc.errno == errno.ENOTDIR:
-        return SkillError(f"the path {shown!r} passes a symlink or a non-directory; refused")
-    if exc.errno == errno.ENOENT:
-        return SkillError(f"the skill has no file {shown!r}")
+    # ELOOP (EMLINK on FreeBSD): the part is a symlink (O_NOFOLLOW); ENOTDIR: a
+    # symlink or a file where a directory was expected; ENOENT: missing. All read
+    # as "no such file": telling a symlink from a missing file is an oracle.
+    if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.ENOENT):
+        return no_such_file(shown)
     return SkillError(f"the file {shown!r} cannot be opened ({exc.strerror or 'error'})")

@@ -9,8 +9,10 @@ for a file of the skill, when a task needs them.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,8 @@ SKILLS_PROMPT_HEADER = (
 
 PathLike = str | os.PathLike[str]
 
+log = logging.getLogger("reactq.agent")
+
 
 @dataclass(frozen=True)
 class Skill:
@@ -71,14 +75,15 @@ class Skill:
         return read_confined(self.directory, resolve_inside(self.directory, file), file)
 
     def files(self) -> list[str]:
-        """Relative names of the skill's other files (hidden names and symlinks left out)."""
+        """Relative names of the skill's other files: regular files with one link only
+        (hidden names, symlinks and hard links, which ``read`` refuses, left out)."""
         out: list[str] = []
         for dirpath, dirnames, filenames in os.walk(self.directory):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             base = Path(dirpath)
             for name in sorted(filenames):
                 path = base / name
-                if name.startswith(".") or path.is_symlink() or not path.is_file():
+                if name.startswith(".") or not _single_regular_file(path):
                     continue
                 relative = path.relative_to(self.directory).as_posix()
                 if relative != SKILL_FILE:
@@ -95,6 +100,10 @@ def discover_skills(paths: PathLike | Iterable[PathLike]) -> list[Skill]:
     """Every ``<name>/SKILL.md`` under ``paths`` (one directory or several), by name.
 
     Hidden directories are skipped and so are directories without ``SKILL.md``.
+    A skill whose directory is a symlink leading out of its skills directory, or
+    whose ``SKILL.md`` is a symlink or a hard link, is skipped with a warning
+    naming it: its files would be read from elsewhere, yet one such skill must not
+    stop the agent from building with the others.
     Raises SkillError for a missing root, a malformed skill or two skills of one name.
     """
     roots = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
@@ -103,12 +112,22 @@ def discover_skills(paths: PathLike | Iterable[PathLike]) -> list[Skill]:
         base = Path(root)
         if not base.is_dir():
             raise SkillError(f"the skills directory {os.fspath(root)!r} does not exist")
+        # The skills directory itself may be reached through a symlink (a mount, a
+        # deploy layout); each skill is then compared with where it leads.
+        real_base = Path(os.path.realpath(base))
         for entry in sorted(base.iterdir(), key=lambda p: p.name):
             if entry.name.startswith(".") or not entry.is_dir():
                 continue
-            if not (entry / SKILL_FILE).is_file():
+            if not os.path.lexists(entry / SKILL_FILE):  # lexists: a dangling link is seen
                 continue
-            skill = _load(entry)
+            directory = Path(os.path.realpath(entry))
+            why = _refused(directory, real_base)
+            if why is not None:
+                log.warning("skill %r skipped: %s", entry.name, why)
+                continue
+            if not (directory / SKILL_FILE).is_file():  # no symlink now: a directory, a FIFO
+                continue
+            skill = _load(entry, directory)
             if skill.name in skills:
                 raise SkillError(
                     f"two skills are named {skill.name!r}; skill names must be unique",
@@ -118,9 +137,33 @@ def discover_skills(paths: PathLike | Iterable[PathLike]) -> list[Skill]:
     return sorted(skills.values(), key=lambda s: s.name)
 
 
-def _load(directory: Path) -> Skill:
-    source = f"{directory.name}/{SKILL_FILE}"
-    resolved = Path(os.path.realpath(directory))
+def _single_regular_file(path: Path) -> bool:
+    """Whether ``path`` itself (not a symlink's target) is a regular file with one link."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+
+
+def _refused(directory: Path, real_base: Path) -> str | None:
+    """Why the skill at ``directory`` (resolved) must be skipped, or None."""
+    if directory == real_base or not directory.is_relative_to(real_base):
+        return "its directory is a symlink leading out of the skills directory"
+    try:
+        info = os.lstat(directory / SKILL_FILE)
+    except OSError:
+        return None  # gone since it was listed: the caller skips it as no skill
+    if stat.S_ISLNK(info.st_mode):
+        return f"its {SKILL_FILE} is a symlink"
+    if stat.S_ISREG(info.st_mode) and info.st_nlink != 1:
+        return f"its {SKILL_FILE} is a hard link (it has {info.st_nlink} names)"
+    return None
+
+
+def _load(entry: Path, resolved: Path) -> Skill:
+    """The skill in ``entry`` (a directory of a skills directory) resolved to ``resolved``."""
+    source = f"{entry.name}/{SKILL_FILE}"
     text = read_confined(resolved, [SKILL_FILE], source)
     front, _, _ = split_frontmatter(text, source)
 
@@ -135,8 +178,8 @@ def _load(directory: Path) -> Skill:
             f"name {name!r} is invalid: use 1-{MAX_NAME_CHARS} lowercase letters and digits "
             "in hyphen-separated runs (e.g. 'pdf-tools')"
         )
-    if name != directory.name:
-        raise fail(f"name {name!r} must equal its directory's name {directory.name!r}")
+    if name != entry.name:
+        raise fail(f"name {name!r} must equal its directory's name {entry.name!r}")
     description = (front.get("description") or "").strip()
     if not description:
         raise fail("the frontmatter has no 'description'")

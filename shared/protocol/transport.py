@@ -1,4 +1,5 @@
-"""The Redis broker transport, hardened against a Redis restart.
+"""The Redis broker transport of the worker's Celery app, hardened against a
+Redis restart (``dispatch.celery_app`` installs it).
 
 kombu's Redis channel, when the broker connection drops, closes itself and tries
 to put the worker's unacknowledged messages back on their queues. After the drop
@@ -19,7 +20,7 @@ from kombu.transport import redis as kombu_redis
 
 log = logging.getLogger("reactq.worker")
 
-TRANSPORT = "reactq.worker.broker:RedisTransport"
+TRANSPORT = "reactq.shared.protocol.transport:RedisTransport"
 """The value for Celery's ``broker_transport`` with a ``redis://`` broker URL."""
 
 

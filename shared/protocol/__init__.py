@@ -1,0 +1,22 @@
+"""The session protocol: how a turn travels from a producer to a worker and ends.
+
+One owner for the whole lifecycle (docs/architecture.md, "Session protocol");
+``reactq.producer`` and ``reactq.worker`` both use it and neither re-implements
+a step of it:
+
+=================  ==============================================================
+``queue``          the session's pending list, running slot and turn statuses
+``lease``          who runs a session's turns, with a fencing token
+``deadlines``      when the reaper must look at a session (the deadline set)
+``dispatch``       the Celery app and the ``reactq.drain`` message
+``transport``      the worker's Redis broker transport, hardened for restarts
+``control``        cancel modes and the notices that stop a running turn
+``endings``        every ``final`` event the protocol publishes itself
+``registry``       which agents the pool hosts, which workers are up
+``outcomes``       the typed results of submit, claim and cancel
+=================  ==============================================================
+
+Each Redis operation is a Lua script in a ``.lua`` file beside its module, read
+once at import. Import from the modules: this package does not re-export them,
+so that using the queue does not import Celery.
+"""

@@ -1,0 +1,188 @@
+"""The session queue: per-session FIFO of turns, the running slot, turn statuses.
+
+Each operation is one Lua call on the session's keys (they share its hash tag),
+so a submit, a claim and a cancel racing on one session see one consistent order.
+
+The running slot holds ``<attempt>|<lost>|<turn_id>|<TurnRequest JSON>`` from the
+moment a worker claims a turn until it finishes it. ``attempt`` counts runs;
+``lost`` counts runs that died with their worker. A slot found occupied by the
+next lease holder means its previous holder died mid-turn: the turn is handed out
+again as attempt n+1 with ``lost`` increased. A worker that gives a turn back on
+shutdown lowers ``lost`` first, so that run is not charged.
+
+A submit also gives the session a deadline (``deadlines.py``) if it has none, in
+the same call: a drain task lost on its way to a worker is then found by the
+reaper (docs/architecture.md, "Session protocol").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from reactq.shared.keys import Keys
+from reactq.shared.protocol.control import CancelMode
+from reactq.shared.protocol.outcomes import (
+    CancelOutcome,
+    CancelResult,
+    ClaimedTurn,
+    SubmitOutcome,
+    SubmitStatus,
+)
+from reactq.shared.redis_client import lua_source, text
+from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
+
+_SUBMIT = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_submit")
+_CLAIM = lua_source(__name__, "running_slot", "queue_claim")
+_FINISH = lua_source(__name__, "running_slot", "queue_finish")
+_GIVE_BACK = lua_source(__name__, "running_slot", "queue_give_back")
+_CANCEL = lua_source(__name__, "running_slot", "queue_cancel")
+
+
+class SessionQueue:
+    """The Redis operations on a session's turns (docs/architecture.md, "Session
+    protocol": submit, claim, finish, cancel)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        meta_ttl_seconds: int = 30 * 86400,
+        *,
+        dispatch_grace_seconds: float = 30.0,
+        cancel_ttl_seconds: int = 3600,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.meta_ttl = meta_ttl_seconds
+        self.grace_ms = int(dispatch_grace_seconds * 1000)
+        self.cancel_ttl = cancel_ttl_seconds
+        self._submit = redis.register_script(_SUBMIT)
+        self._claim = redis.register_script(_CLAIM)
+        self._finish = redis.register_script(_FINISH)
+        self._give_back = redis.register_script(_GIVE_BACK)
+        self._cancel = redis.register_script(_CANCEL)
+
+    async def submit(self, turn: TurnRequest) -> SubmitOutcome:
+        """Apply the multitask strategy and push the turn, atomically."""
+        k, sid = self.keys, turn.session_id
+        result: list[Any] = await self._submit(
+            keys=[
+                k.meta(sid),
+                k.pending(sid),
+                k.running(sid),
+                k.turns(sid),
+                k.lease_deadlines,
+                k.cancel_prefix(sid),
+            ],
+            args=[
+                turn.agent,
+                turn.model_dump_json(),
+                turn.turn_id,
+                MultitaskStrategy(turn.strategy).value,
+                self.meta_ttl,
+                sid,
+                self.grace_ms,
+                self.cancel_ttl,
+            ],
+        )
+        status, position, agent, stopped, *dropped = result
+        outcome = SubmitOutcome(
+            status=SubmitStatus(text(status)),
+            position=int(position),
+            session_agent=text(agent) or None,
+            stopped_running=text(stopped) or None,
+            dropped_pending=tuple(text(d) for d in dropped),
+        )
+        if outcome.status is not SubmitStatus.AGENT_MISMATCH:
+            await self.redis.set(k.turn_index(turn.turn_id), sid, ex=self.meta_ttl)
+        return outcome
+
+    async def claim_next(self, session_id: str) -> ClaimedTurn | None:
+        """Move the next turn into the running slot (or re-issue one left there)."""
+        k = self.keys
+        result = await self._claim(
+            keys=[k.running(session_id), k.pending(session_id), k.turns(session_id)]
+        )
+        if not result:
+            return None
+        return ClaimedTurn(int(result[0]), int(result[1]), text(result[2]), text(result[3]))
+
+    async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
+        """Clear the running slot (if it still holds this turn) and record the status."""
+        k = self.keys
+        await self._finish(
+            keys=[k.running(session_id), k.turns(session_id)],
+            args=[turn_id, str(status), self.meta_ttl],
+        )
+
+    async def set_status(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
+        """Record a turn's status (before its final is published, so that a reader who
+        saw the final never reads an older status)."""
+        key = self.keys.turns(session_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, turn_id, str(status))
+            pipe.expire(key, self.meta_ttl)
+            await pipe.execute()
+
+    async def give_back(self, session_id: str, turn_id: str) -> bool:
+        """Leave the turn for another worker without charging this run (shutdown)."""
+        return bool(await self._give_back(keys=[self.keys.running(session_id)], args=[turn_id]))
+
+    async def cancel(self, session_id: str, turn_id: str) -> CancelResult:
+        """Cancel a turn of the session: drop it if queued, flag it if running.
+
+        A queued turn's final is the caller's to publish (``endings.cancelled``);
+        a running one's is its worker's, once it stops.
+        """
+        k = self.keys
+        outcome, status = await self._cancel(
+            keys=[
+                k.pending(session_id),
+                k.running(session_id),
+                k.turns(session_id),
+                k.cancel_flag(session_id, turn_id),
+            ],
+            args=[turn_id, self.cancel_ttl],
+        )
+        return CancelResult(
+            turn_id,
+            CancelOutcome(text(outcome)),
+            session_id,
+            TurnStatus(text(status)) if text(status) else None,
+        )
+
+    async def cancel_mode(self, session_id: str, turn_id: str) -> CancelMode | None:
+        """How the turn was asked to stop, or None if it was not."""
+        value = await self.redis.get(self.keys.cancel_flag(session_id, turn_id))
+        return None if value is None else CancelMode.read(text(value))
+
+    async def session_agent(self, session_id: str) -> str | None:
+        """The agent a session belongs to, if Redis remembers it."""
+        value = await self.redis.hget(self.keys.meta(session_id), "agent")
+        return None if value is None else text(value)
+
+    async def has_work(self, session_id: str) -> bool:
+        """True when a turn is pending or left in the running slot."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.llen(k.pending(session_id))
+            pipe.exists(k.running(session_id))
+            pending, running = await pipe.execute()
+        return bool(pending) or bool(running)
+
+    async def session_of(self, turn_id: str) -> str | None:
+        """The session a recent turn belongs to, or None if unknown."""
+        sid = await self.redis.get(self.keys.turn_index(turn_id))
+        return None if sid is None else text(sid)
+
+    async def turn_status(self, turn_id: str) -> tuple[str, TurnStatus] | None:
+        """(session_id, status) of a recent turn, or None if unknown."""
+        session_id = await self.session_of(turn_id)
+        if session_id is None:
+            return None
+        raw = await self.redis.hget(self.keys.turns(session_id), turn_id)
+        if raw is None:
+            return None
+        return session_id, TurnStatus(text(raw))

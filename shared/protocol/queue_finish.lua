@@ -1,0 +1,13 @@
+-- Clear the running slot if it still holds this turn, and record the turn's status.
+-- Preludes: running_slot.
+-- KEYS: running, turns; ARGV: turn_id, status, ttl_s
+local current = redis.call('GET', KEYS[1])
+if current then
+  local _, _, turn_id = parse_running(current)
+  if turn_id == ARGV[1] then redis.call('DEL', KEYS[1]) end
+end
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return 1

@@ -1,0 +1,196 @@
+"""The session protocol's own pieces: typed outcomes of the queue on a real Redis,
+the control notices, the dispatch's Celery app, the turn endings, and where its
+Lua lives (every script a .lua file; one writer of the deadline set)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+import reactq
+from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.events import FinalEvent
+from reactq.shared.keys import Keys
+from reactq.shared.protocol import endings
+from reactq.shared.protocol.control import CancelMode, CancelNotice
+from reactq.shared.protocol.deadlines import Deadlines
+from reactq.shared.protocol.dispatch import VISIBILITY_TIMEOUT_SECONDS, celery_app
+from reactq.shared.protocol.endings import Failure
+from reactq.shared.protocol.lease import SessionLease
+from reactq.shared.protocol.outcomes import CancelOutcome, SubmitStatus
+from reactq.shared.protocol.queue import SessionQueue
+from reactq.shared.settings import Settings
+from reactq.shared.state import MemoryStateStore
+from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
+
+PACKAGE = Path(reactq.__file__).parent
+
+
+def sid() -> str:
+    return f"p-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def queue(redis: Redis, namespace: str) -> SessionQueue:
+    return SessionQueue(redis, Keys(namespace))
+
+
+def turn(session: str, strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE) -> TurnRequest:
+    return TurnRequest(session_id=session, agent="alpha", message="hi", strategy=strategy)
+
+
+async def test_submit_outcomes_are_typed(queue: SessionQueue) -> None:
+    s = sid()
+    first, second = turn(s), turn(s)
+    queued = await queue.submit(first)
+    assert (queued.status, queued.position, queued.needs_dispatch) == (SubmitStatus.QUEUED, 1, True)
+    behind = await queue.submit(second)
+    assert (behind.position, behind.needs_dispatch) == (2, False)
+    rejected = await queue.submit(turn(s, MultitaskStrategy.REJECT))
+    assert rejected.status is SubmitStatus.REJECTED and not rejected.needs_dispatch
+    mismatch = await queue.submit(TurnRequest(session_id=s, agent="beta", message="hi"))
+    assert (mismatch.status, mismatch.session_agent) == (SubmitStatus.AGENT_MISMATCH, "alpha")
+
+    claimed = await queue.claim_next(s)
+    assert claimed is not None and (claimed.turn_id, claimed.attempt) == (first.turn_id, 1)
+    interrupt = await queue.submit(turn(s, MultitaskStrategy.INTERRUPT))
+    assert interrupt.stopped_running == first.turn_id
+    assert interrupt.dropped_pending == (second.turn_id,)
+    assert interrupt.needs_dispatch  # the pending list held only the dropped turn
+    assert await queue.cancel_mode(s, first.turn_id) is CancelMode.INTERRUPT
+
+
+async def test_cancel_outcomes_are_typed(queue: SessionQueue) -> None:
+    s = sid()
+    running, waiting = turn(s), turn(s)
+    await queue.submit(running)
+    await queue.submit(waiting)
+    await queue.claim_next(s)
+
+    dropped = await queue.cancel(s, waiting.turn_id)
+    assert (dropped.outcome, dropped.status) == (CancelOutcome.CANCELLED, TurnStatus.CANCELLED)
+    flagged = await queue.cancel(s, running.turn_id)
+    assert (flagged.outcome, flagged.status) == (CancelOutcome.CANCELLING, TurnStatus.RUNNING)
+    assert await queue.cancel_mode(s, running.turn_id) is CancelMode.CANCEL
+    await queue.finish(s, running.turn_id, TurnStatus.CANCELLED)
+    done = await queue.cancel(s, running.turn_id)
+    assert (done.outcome, done.status) == (CancelOutcome.ALREADY_FINISHED, TurnStatus.CANCELLED)
+    unknown = await queue.cancel(s, "t_nosuchturn")
+    assert (unknown.outcome, unknown.status, unknown.session_id) == (CancelOutcome.UNKNOWN, None, s)
+
+
+async def test_submit_lease_and_reaper_share_one_deadline(redis: Redis, namespace: str) -> None:
+    keys = Keys(namespace)
+    queue = SessionQueue(redis, keys, dispatch_grace_seconds=0)
+    lease, deadlines = SessionLease(redis, keys, 30, "w"), Deadlines(redis, keys)
+    s = sid()
+    await queue.submit(turn(s))
+    assert s in await deadlines.reap(limit=10_000)  # a lost dispatch is found
+    token = await lease.acquire(s)
+    assert token is not None and s not in await deadlines.expired(limit=10_000)
+    await deadlines.watch(s)  # pulls the holder's deadline in, never out
+    assert s in await deadlines.expired(limit=10_000)
+    assert await lease.holds(s, token) and not await lease.holds(s, token + 1)
+    assert await lease.release(s, token)
+    assert await redis.zscore(keys.lease_deadlines, s) is None
+
+
+def test_cancel_notices() -> None:
+    notice = CancelNotice("t_1", CancelMode.INTERRUPT)
+    assert CancelNotice.decode(notice.encode()) == notice
+    assert CancelNotice.decode(b'{"op": "cancel", "turn_id": "t_2"}') == CancelNotice("t_2")
+    assert CancelNotice.decode('{"op": "cancel", "turn_id": "t_3", "mode": "odd"}') == (
+        CancelNotice("t_3", CancelMode.CANCEL)
+    )
+    assert CancelNotice.decode('{"op": "other"}') is None
+    for bad in ("not json", "[1]", None):
+        with pytest.raises(ValueError):
+            CancelNotice.decode(bad)
+
+
+def test_one_celery_configuration_for_both_sides() -> None:
+    settings = Settings(redis_url="redis://127.0.0.1:6379/0", namespace="ns")
+    sender, worker = celery_app(settings), celery_app(settings, consumer=True)
+    for app in (sender, worker):
+        assert app.conf.task_serializer == "json" and app.conf.accept_content == ["json"]
+        assert app.conf.task_ignore_result
+    assert worker.conf.task_acks_late and worker.conf.task_reject_on_worker_lost
+    assert worker.conf.broker_transport_options == {
+        "visibility_timeout": VISIBILITY_TIMEOUT_SECONDS
+    }
+    assert worker.conf.broker_transport.endswith("transport:RedisTransport")
+    assert not sender.conf.task_acks_late
+
+
+async def test_endings_publish_one_final_each() -> None:
+    bus, store = MemoryEventBus(), MemoryStateStore()
+    req = turn("s-endings")
+    final = await endings.rejected(bus, req)
+    assert final.status is TurnStatus.REJECTED
+    final = await endings.cancelled(bus, "s-endings", "t_queued", "superseded")
+    assert (final.status, final.attempt) == (TurnStatus.CANCELLED, 0)
+
+    await store.ensure_session("s-endings", "alpha")
+    emitter = TurnEmitter(bus, "s-endings", "t_lost", attempt=3)
+    final = await endings.failed(emitter, Failure.MAX_ATTEMPTS, "gave up", store=store, fence=1)
+    assert final.status is TurnStatus.ERROR
+    record = await store.get_turn("t_lost")
+    assert record is not None and record.error == "max_attempts"
+    # The next holder finds it committed: the stream has its final, so no second one.
+    again = TurnEmitter(bus, "s-endings", "t_lost", attempt=4)
+    assert await endings.committed(again, record) is None
+
+    events = await bus.read("s-endings")
+    finals = [e for e in events if isinstance(e, FinalEvent)]
+    assert [(e.turn_id, e.status) for e in finals] == [
+        (req.turn_id, "rejected"),
+        ("t_queued", "cancelled"),
+        ("t_lost", "error"),
+    ]
+    assert [e.type for e in events if e.turn_id == "t_lost"] == ["error", "final"]
+
+
+def _python_sources() -> list[Path]:
+    return [
+        Path(root, f)
+        for root, _, files in os.walk(PACKAGE, followlinks=True)
+        for f in files
+        if f.endswith(".py")
+    ]
+
+
+def test_every_lua_script_is_a_lua_file() -> None:
+    inline = [
+        str(path)
+        for path in _python_sources()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "redis.call(" in node.value
+    ]
+    assert inline == []
+
+
+def test_the_deadline_set_has_one_writer() -> None:
+    protocol = PACKAGE / "shared" / "protocol"
+    writers = sorted(
+        path.name
+        for path in protocol.glob("*.lua")
+        if "'ZADD'" in path.read_text() or "'ZREM'" in path.read_text()
+    )
+    assert writers == ["deadlines.lua"]

@@ -1,0 +1,365 @@
+"""The curated face: ``reactq.__all__`` pinned, every name documented, extras lazy, the fakes."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import importlib.metadata
+import inspect
+import json
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import reactq
+import reactq.testing
+from reactq import Agent, ChatMessage, LLMResponse, OpenAICompatibleClient, ToolCall, TurnStatus
+from reactq.demo.weather import agent as weather
+from reactq.testing import (
+    MemoryStateStore,
+    Reply,
+    ScriptedLLM,
+    ScriptedServer,
+    replies_in_order,
+    run_turn,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLIC = [
+    "__version__",
+    # defining agents
+    "Agent",
+    "LoopConfig",
+    "ToolMode",
+    "load_agents",
+    # tools
+    "Registry",
+    "Tool",
+    "ToolContext",
+    "tool",
+    # interventions, the approval gate, hooks
+    "BeforeToolFallback",
+    "DenyToolCall",
+    "Interventions",
+    "ReplaceToolArgs",
+    "ToolCallInfo",
+    "ToolDecision",
+    "ToolGate",
+    "Hooks",
+    # MCP servers' tools (the mcp extra)
+    "MCPClient",
+    "MCPProvider",
+    # models and cost
+    "LLMClient",
+    "LLMResponse",
+    "ModelPrice",
+    "OpenAICompatibleClient",
+    "RequestOptions",
+    "RetryPolicy",
+    # running a turn in-process
+    "AgentLoop",
+    "AgentRunner",
+    "CancelHandle",
+    "RunResult",
+    # producing turns, reading events
+    "CancelResult",
+    "MultitaskStrategy",
+    "Producer",
+    "SyncProducer",
+    "SyncTurnHandle",
+    "TurnHandle",
+    "TurnStatus",
+    # over HTTP (the gateway extra)
+    "GatewayClient",
+    "create_app",
+    # configuration
+    "Settings",
+    # events and messages
+    "Event",
+    "BaseEvent",
+    "QueuedEvent",
+    "StartedEvent",
+    "ThoughtEvent",
+    "DeltaEvent",
+    "ActionEvent",
+    "ObservationEvent",
+    "ToolFailedEvent",
+    "UsageEvent",
+    "ErrorEvent",
+    "FinalEvent",
+    "parse_event",
+    "ChatMessage",
+    "ToolCall",
+    # errors
+    "ReactqError",
+    "ConfigError",
+    "AgentConfigError",
+    "SchemaVersionError",
+    "InvalidTurnError",
+    "InvalidSessionIdError",
+    "EmptyMessageError",
+    "MessageTooLargeError",
+    "UnknownAgentError",
+    "AgentMismatchError",
+    "TurnRejectedError",
+    "StaleLeaseError",
+    "SessionNotFoundError",
+    "BranchError",
+    "BranchNotFoundError",
+    "LLMError",
+    "LLMConnectionError",
+    "LLMRateLimitError",
+    "LLMServerError",
+    "LLMBadRequestError",
+    "ContextLengthExceededError",
+    "LLMResponseError",
+    "LLMUndecodableError",
+    "LLMErrorEnvelopeError",
+    "LLMNoChoicesError",
+    "LLMStreamCutError",
+    "MCPError",
+    "SkillError",
+    "AgentRunError",
+    "ParserError",
+    "EmptyResponseError",
+    "BudgetExceededError",
+    "GatewayRequestError",
+    # signals a tool raises for the model to read
+    "ToolError",
+    "ToolDeniedError",
+    "ToolArgumentsError",
+]
+
+# Modules an application imports: the face, the fakes, the demo's agent, the command.
+PUBLIC_MODULES = ("reactq", "reactq.testing", "reactq.demo.weather", "reactq.cli")
+
+TESTING = [
+    "ScriptedLLM",
+    "ScriptedCall",
+    "LLMResponse",
+    "ToolCall",
+    "ScriptedServer",
+    "Handler",
+    "Reply",
+    "demo_model",
+    "replies_in_order",
+    "MemoryEventBus",
+    "MemoryStateStore",
+    "TurnOutcome",
+    "run_turn",
+]
+
+
+def test_the_public_surface_is_pinned() -> None:
+    assert reactq.__all__ == PUBLIC
+    assert reactq.testing.__all__ == TESTING
+
+
+def test_version_comes_from_the_installed_metadata() -> None:
+    assert reactq.__version__ == importlib.metadata.version("reactq")
+    assert reactq.__version__.split(".")[:2] == ["0", "2"]
+
+
+# --- every name resolves and says what it is ----------------------------------------
+
+
+def _attribute_docstring(module: ModuleType, name: str, seen: int = 0) -> str | None:
+    """The docstring under ``name = ...`` in the module that defines it (following
+    ``from X import name`` re-exports), for a value that cannot carry ``__doc__``."""
+    tree = ast.parse(inspect.getsource(module))
+    body = tree.body
+    for node, after in zip(body, [*body[1:], None], strict=True):
+        if isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        else:
+            continue
+        if name in targets:
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                return str(after.value.value)
+            return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and seen < 5:
+            if any(alias.name == name for alias in node.names):
+                source = importlib.import_module(node.module)
+                return _attribute_docstring(source, name, seen + 1)
+    return None
+
+
+def _own_docstring(obj: Any) -> str | None:
+    doc = obj.__doc__ if inspect.isclass(obj) else inspect.getdoc(obj)
+    if inspect.isclass(obj) and dataclasses.is_dataclass(obj):
+        # A dataclass without a docstring gets its signature as one.
+        if doc and doc.startswith(f"{obj.__name__}("):
+            return None
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [(reactq, n) for n in PUBLIC if n != "__version__"] + [(reactq.testing, n) for n in TESTING],
+)
+def test_every_public_name_resolves_and_has_a_docstring(module: ModuleType, name: str) -> None:
+    obj = getattr(module, name)
+    if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismethod(obj):
+        doc = _own_docstring(obj)
+    else:  # a type alias: its docstring is the string under its assignment
+        doc = _attribute_docstring(module, name)
+    assert doc and doc.strip(), f"{module.__name__}.{name} has no docstring"
+
+
+def test_dir_and_unknown_names() -> None:
+    assert set(PUBLIC) <= set(dir(reactq))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        reactq.Nope  # noqa: B018 - the lookup is the test
+
+
+# --- optional extras load lazily and name the extra -----------------------------------
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_importing_reactq_loads_no_optional_extra() -> None:
+    # (Not opentelemetry: redis-py imports it by itself when it is installed.)
+    code = (
+        "import sys, json, reactq\n"
+        "print(json.dumps([m for m in ('fastapi', 'uvicorn', 'mcp', 'flower', "
+        "'prometheus_client') if m in sys.modules]))"
+    )
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "blocked", "extra"),
+    [
+        ("MCPClient", "mcp", "mcp"),
+        ("MCPProvider", "mcp", "mcp"),
+        ("GatewayClient", "httpx2", "gateway"),
+        ("GatewayRequestError", "httpx2", "gateway"),
+        ("create_app", "fastapi", "gateway"),
+    ],
+)
+def test_a_missing_extra_is_named(name: str, blocked: str, extra: str) -> None:
+    # A None entry in sys.modules is how Python spells "this module cannot be imported"
+    # (set after importing reactq: openai itself needs httpx2).
+    code = (
+        f"import sys, reactq\nsys.modules[{blocked!r}] = None\n"
+        f"try:\n    reactq.{name}\nexcept ImportError as exc:\n    print(exc)\n"
+        "else:\n    print('imported')"
+    )
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert f"pip install 'reactq[{extra}]'" in out.stdout, out.stdout
+
+
+def test_extras_resolve_when_installed() -> None:
+    from reactq.producer.gateway import create_app
+    from reactq.worker.agent.mcp import MCPClient
+
+    assert reactq.create_app is create_app
+    assert reactq.MCPClient is MCPClient
+    assert issubclass(reactq.GatewayRequestError, reactq.ReactqError)
+
+
+# --- reactq.testing: the fakes run a real turn ----------------------------------------
+
+
+def _weather_call(city: str) -> LLMResponse:
+    call = ToolCall(id="c1", name="get_weather", arguments=json.dumps({"city": city}))
+    return LLMResponse(tool_calls=[call], finish_reason="tool_calls")
+
+
+async def test_run_turn_with_a_scripted_llm() -> None:
+    llm = ScriptedLLM([_weather_call("Paris"), "Sunny in Paris."])
+    store = MemoryStateStore()
+    outcome = await run_turn(weather, "Weather in Paris?", llm=llm, store=store)
+    assert outcome.final.status == TurnStatus.COMPLETED
+    assert outcome.final.text == "Sunny in Paris."
+    types = [e.type for e in outcome.events]
+    assert types[-1] == "final" and "action" in types and "observation" in types
+    assert [m.role for m in outcome.messages] == ["user", "assistant", "tool", "assistant"]
+    assert '"city": "Paris"' in (outcome.messages[2].content or "")
+    assert llm.remaining == 0 and len(llm.calls) == 2
+
+    again = await run_turn(weather, "Thanks", llm=ScriptedLLM(["You're welcome."]), store=store)
+    assert isinstance(again.messages[-1], ChatMessage)
+    assert len(again.messages) == 6
+    await store.close()
+
+
+async def test_scripted_server_through_the_openai_sdk() -> None:
+    handler = replies_in_order(
+        Reply.tool_calls([("get_weather", {"city": "Oslo"})]), Reply.text("Cold in Oslo.")
+    )
+    async with ScriptedServer(handler) as server:
+        llm = OpenAICompatibleClient(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        try:
+            agent = Agent(name="weather", tools=list(weather.tools))
+            outcome = await run_turn(agent, "Weather in Oslo?", llm=llm)
+        finally:
+            await llm.aclose()
+        assert outcome.final.text == "Cold in Oslo."
+        assert server.request_count == 2
+
+
+def test_examples_and_readme_use_the_public_face() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for line in readme.splitlines():
+        if line.startswith("from reactq"):
+            names = line.split(" import ", 1)[1].split(",")
+            module = importlib.import_module(line.split()[1])
+            for name in names:
+                assert hasattr(module, name.strip()), line
+    for path in (ROOT / "examples").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reactq"):
+                assert node.module in PUBLIC_MODULES, (
+                    f"{path.name} imports {node.module}: use the public face"
+                )
+
+
+def test_docs_api_names_every_module() -> None:
+    text = (ROOT / "docs" / "api.md").read_text()
+    named = set(re.findall(r"`(reactq(?:\.\w+)*)`", text))
+    prefixes = tuple(p + "." for p in re.findall(r"`(reactq(?:\.\w+)*)\.\*`", text))
+    modules = [info.name for info in pkgutil.walk_packages(reactq.__path__, "reactq.")]
+    missing = [m for m in modules if m not in named and not m.startswith(prefixes)]
+    assert missing == [], f"docs/api.md does not say whether these are public: {missing}"
+    assert set(PUBLIC_MODULES) <= named
+    documented = set(re.findall(r"`(\w+)`", text))
+    assert [n for n in PUBLIC + TESTING if n not in documented] == []
+
+
+def _python_blocks(name: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / name).read_text(), re.S)
+
+
+async def test_the_documented_snippets_run() -> None:
+    """README's agent and its test, and docs/api.md's example, as a user copies them."""
+    readme = _python_blocks("README.md")
+    agent_block = next(b for b in readme if "agent = Agent(" in b)
+    test_block = next(b for b in readme if "reactq.testing" in b)
+    namespace: dict[str, Any] = {}
+    exec(agent_block, namespace)
+    exec(test_block, namespace)
+    await namespace["test_weather"]()
+
+    namespace = {}
+    for block in _python_blocks("docs/api.md"):
+        exec(block, namespace)
+    await namespace["test_weather_agent"]()

@@ -1,0 +1,175 @@
+"""LoopConfig: every knob of the ReAct loop, declared once.
+
+``Agent`` holds one (its keyword arguments build it) and ``AgentLoop`` takes
+one, so a knob added here can be set from an ``Agent`` with no other change.
+Everything is checked at construction: a bad value raises ValueError naming
+the knob, and a knob that belongs to another tool mode names the conflict and
+the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
+from reactq.worker.agent.llm.base import RequestOptions
+from reactq.worker.agent.modes import ModeSettings, ToolMode, resolve_mode
+from reactq.worker.agent.parsers import Parser
+from reactq.worker.agent.usage import ModelPrice, check_budget_config
+
+__all__ = [
+    "DEFAULT_BUDGET_MESSAGE",
+    "DEFAULT_CANCELLED_MESSAGE",
+    "DEFAULT_ERROR_FALLBACK_MESSAGE",
+    "DEFAULT_FALLBACK_MESSAGE",
+    "DEFAULT_MODEL",
+    "LoopConfig",
+]
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_FALLBACK_MESSAGE = (
+    "I could not finish this within the allowed number of steps. "
+    "Please try again, perhaps with a narrower request."
+)
+DEFAULT_ERROR_FALLBACK_MESSAGE = (
+    "Sorry, something went wrong while answering. Please try again in a moment."
+)
+DEFAULT_BUDGET_MESSAGE = (
+    "I stopped because this request used up its token or cost budget before I could finish."
+)
+DEFAULT_CANCELLED_MESSAGE = "The request was cancelled."
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopConfig:
+    """The ReAct loop's knobs, validated at construction (ValueError names the knob)."""
+
+    model: str | None = None
+    """Model name; None: the settings' model (REACTQ_MODEL) for an Agent, else gpt-4o-mini."""
+    system_prompt: str = ""
+    """Instructions sent first in every request."""
+    tool_mode: ToolMode | str = ToolMode.NATIVE
+    """How the model calls tools (a ToolMode or its value; stored as a ToolMode)."""
+    parser: Parser | None = None
+    """Text-mode answer parser; None: the mode's own (refused under NATIVE)."""
+    output_format: str | None = None
+    """Answer format a text mode teaches in the system prompt; None: the mode's own."""
+    tool_message_role: str | None = None
+    """The role tool results go back in (``"user"`` fits JSON/PROSE); None: the mode's own."""
+    retry_reminder: str | None = None
+    """Message before the one retry of an empty or unparseable answer (``{error}`` is filled)."""
+    max_iterations: int = 10
+    """Model calls per turn before it ends with ``fallback_message``."""
+    tool_timeout: float | None = 60.0
+    """Seconds a tool may run unless the tool sets its own timeout; None for no limit."""
+    fallback_message: str = DEFAULT_FALLBACK_MESSAGE
+    """The answer when the iteration cap is hit."""
+    error_fallback_message: str = DEFAULT_ERROR_FALLBACK_MESSAGE
+    """The answer when the turn fails."""
+    budget_message: str = DEFAULT_BUDGET_MESSAGE
+    """The answer when the token or cost budget is spent."""
+    cancelled_message: str = DEFAULT_CANCELLED_MESSAGE
+    """The answer when the turn is cancelled."""
+    stream: bool = False
+    """Stream the model's output as ``delta`` events (the answer is assembled before use)."""
+    delta_interval: float = 0.05
+    """Seconds streamed text is gathered into one ``delta`` event (0: one per piece)."""
+    temperature: float | None = 0.0
+    """Sampling temperature in [0, 2]; None leaves it out of the request."""
+    max_tokens: int | None = None
+    """Output token cap per model call (max_completion_tokens for gpt-5.x / o-series)."""
+    reasoning_effort: str | None = None
+    """Provider reasoning level ("low", "medium", "high"); None leaves it out."""
+    repeat_call_limit: int | None = 3
+    """Identical calls allowed before the result carries a nudge; None disables."""
+    wrap_up: bool = False
+    """At the iteration cap, let the model summarise in one tool-less call."""
+    context_budget: int | None = None
+    """Characters of context to keep under by shrinking old tool results; None: no limit."""
+    max_total_tokens: int | None = None
+    """Token budget of one turn (status budget_exceeded when spent)."""
+    max_cost: float | None = None
+    """Cost budget of one turn (needs ``prices`` for the model)."""
+    prices: Mapping[str, ModelPrice] | None = None
+    """Price per model, for cost in usage events and ``max_cost``."""
+    interventions: Interventions | None = None
+    """before_tool / after_tool hooks that may change tool calls."""
+    hooks: Hooks | None = None
+    """Observe-only callbacks."""
+    tool_gate: ToolGate | None = None
+    """Approver every tool call passes; no decision is a denial."""
+    tool_gate_timeout: float | None = 300.0
+    """Seconds the tool gate may take to decide (then the call is denied); None: no limit."""
+
+    def __post_init__(self) -> None:
+        model = self.model
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            raise ValueError(
+                f"model must be a non-empty model name, or None for REACTQ_MODEL, got {model!r}"
+            )
+        if not isinstance(self.system_prompt, str):
+            raise ValueError(f"system_prompt must be a string, got {self.system_prompt!r}")
+        iterations = self.max_iterations
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise ValueError(f"max_iterations must be an int >= 1, got {iterations!r}")
+        _positive_or_none("tool_timeout", self.tool_timeout, "seconds")
+        # The mode's knobs are checked together: each one's meaning depends on the mode.
+        object.__setattr__(self, "tool_mode", self.mode_settings().mode)
+        self.request_options()
+        # With no model yet, its price is checked when the loop is built for one.
+        check_budget_config(self.max_total_tokens, self.max_cost, self.prices, model)
+        for name in ("stream", "wrap_up"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        interval = self.delta_interval
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+            raise ValueError(f"delta_interval must be >= 0 seconds, got {interval!r}")
+        limit = self.repeat_call_limit
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValueError(f"repeat_call_limit must be an int >= 1 or None, got {limit!r}")
+        _positive_or_none("context_budget", self.context_budget, "characters")
+        _positive_or_none("tool_gate_timeout", self.tool_gate_timeout, "seconds")
+        if self.interventions is not None and not isinstance(self.interventions, Interventions):
+            raise ValueError(f"interventions must be an Interventions, got {self.interventions!r}")
+        if self.hooks is not None and not isinstance(self.hooks, Hooks):
+            raise ValueError(f"hooks must be a Hooks (subclass) instance, got {self.hooks!r}")
+        if self.tool_gate is not None and not callable(self.tool_gate):
+            raise ValueError(f"tool_gate must be callable or None, got {self.tool_gate!r}")
+        for name in (
+            "fallback_message",
+            "error_fallback_message",
+            "budget_message",
+            "cancelled_message",
+        ):
+            text = getattr(self, name)
+            if not isinstance(text, str) or not text:
+                raise ValueError(f"{name} must be a non-empty string, got {text!r}")
+
+    def mode_settings(self) -> ModeSettings:
+        """The tool mode with its parser, output format, role and reminder resolved."""
+        return resolve_mode(
+            self.tool_mode,
+            parser=self.parser,
+            output_format=self.output_format,
+            tool_message_role=self.tool_message_role,
+            retry_reminder=self.retry_reminder,
+        )
+
+    def request_options(self) -> RequestOptions:
+        """The request parameters every model call carries."""
+        return RequestOptions(
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            reasoning_effort=self.reasoning_effort,
+        )
+
+
+def _positive_or_none(name: str, value: Any, unit: str) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise ValueError(f"{name} must be > 0 {unit} or None, got {value!r}")
