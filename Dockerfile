@@ -15,8 +15,11 @@ RUN pip wheel --wheel-dir /wheels '.[postgres,gateway,flower,metrics,otel]'
 FROM python:3.11-slim AS runtime
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 REACTQ_LOG_FORMAT=json
+# /var/lib/reactq/workspaces: the file tools' workspaces (REACTQ_WORKSPACE_ROOT in
+# docker-compose.yml); a named volume mounted there starts with this owner.
 RUN groupadd --system reactq && useradd --system --gid reactq --home-dir /app reactq \
-    && mkdir -p /app && chown reactq:reactq /app
+    && mkdir -p /app /var/lib/reactq/workspaces \
+    && chown reactq:reactq /app /var/lib/reactq/workspaces
 COPY --from=build /wheels /wheels
 RUN pip install --no-index --find-links=/wheels 'reactq[postgres,gateway,flower,metrics,otel]' \
     && rm -rf /wheels

@@ -49,7 +49,7 @@ from reactq.shared.events import (  # noqa: E402
     ThoughtEvent,
 )
 from reactq.shared.keys import Keys  # noqa: E402
-from reactq.shared.redis_client import lua_source  # noqa: E402
+from reactq.shared.redis_client import forget_namespace, lua_source  # noqa: E402
 from reactq.shared.turns import TurnStatus  # noqa: E402
 
 
@@ -453,6 +453,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(15)
+        forget_namespace(args.redis, namespace)  # whatever the run left in Redis
 
 
 if __name__ == "__main__":

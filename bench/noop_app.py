@@ -18,6 +18,9 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     task_default_queue=f"{_ns}.noop",
     result_expires=600,
+    # Result keys under the run's namespace, which the benchmark deletes afterwards
+    # (Celery's default, celery-task-meta-*, would outlive the run).
+    result_backend_transport_options={"global_keyprefix": f"{_ns}:"},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )

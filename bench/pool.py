@@ -11,11 +11,19 @@ Scenarios (``--scenario``, default ``basic``):
 - ``recovery``: SIGKILL the worker running a turn; time until the re-run turn's
   ``final`` (lease TTL + reaper period bound it).
 - ``scaling``: throughput with 1 and 2 worker processes at zero model latency.
+- ``approval``: turns whose tool call needs a person, parked; the latency from a
+  decision (``Producer.approve``) to the resumed attempt's ``started``, p50/p99.
+- ``checkpoint``: what step checkpoints cost: turns of ``--steps`` tool steps run
+  by the worker's ``AgentRunner`` (scripted model, no latency) on SQLite and
+  PostgreSQL, with checkpoints and with a store that skips them (one commit per
+  turn); ms per turn and the ratio.
 
     .venv/bin/python bench/pool.py --scenario basic --turns 400 --sessions 40 --latency 0.05
     .venv/bin/python bench/pool.py --scenario inflight
     .venv/bin/python bench/pool.py --scenario recovery
     .venv/bin/python bench/pool.py --scenario scaling
+    .venv/bin/python bench/pool.py --scenario checkpoint --turns 200 --steps 3
+    .venv/bin/python bench/pool.py --scenario approval --turns 100
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from reactq.producer import Producer  # noqa: E402
 from reactq.shared.redis_client import forget_namespace  # noqa: E402
 from reactq.shared.settings import Settings  # noqa: E402
-from reactq.worker.agent.llm.scripted_server import ScriptedServer  # noqa: E402
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer  # noqa: E402
 from tests.helpers import WorkerPool, lookup_then_answer, worker_pid  # noqa: E402
 
 
@@ -65,11 +73,19 @@ def peak_rss_mb(pid: int) -> float:
 class Bench:
     """One pool (workers + scripted model) in a fresh namespace."""
 
-    def __init__(self, args: argparse.Namespace, latency: float, **env: str) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        latency: float,
+        handler: Any = lookup_then_answer,
+        agents: str = "tests.pool_agents:agent",
+        **env: str,
+    ) -> None:
         self.args = args
+        self.agents = agents
         self.namespace = f"bench{uuid.uuid4().hex[:8]}"
         self.tmp = Path(tempfile.mkdtemp(prefix="reactq-bench-"))
-        self.server = ScriptedServer(lookup_then_answer, latency=latency, max_requests=10)
+        self.server = ScriptedServer(handler, latency=latency, max_requests=10)
         self.server.start_in_thread()
         self.env = {
             "REACTQ_REDIS_URL": args.redis_url,
@@ -82,7 +98,7 @@ class Bench:
         }
 
     def pool(self, workers: int, concurrency: int) -> WorkerPool:
-        pool = WorkerPool(self.env, self.tmp, concurrency=concurrency)
+        pool = WorkerPool(self.env, self.tmp, agents=self.agents, concurrency=concurrency)
         pool.start(workers)
         pool.wait_ready(self.args.redis_url, self.namespace, workers)
         return pool
@@ -320,15 +336,143 @@ def scenario_scaling(args: argparse.Namespace) -> None:
           f"{results[2]['turns/s'] / results[1]['turns/s']:.2f}")  # fmt: skip
 
 
+async def checkpoint_turns(url: str, turns: int, steps: int, skip: bool) -> float:
+    """Seconds per turn of ``steps`` tool steps through AgentRunner on ``url``."""
+    from reactq.shared.bus import MemoryEventBus, TurnEmitter
+    from reactq.shared.messages import ToolCall
+    from reactq.shared.state import open_store
+    from reactq.shared.state.base import TurnCheckpoint
+    from reactq.worker import Agent, AgentRunner, LLMResponse, ScriptedLLM, tool
+
+    @tool()
+    def noop(n: int) -> str:
+        """Do nothing."""
+        return f"done {n}"
+
+    def script() -> list[LLMResponse | str]:
+        calls: list[LLMResponse | str] = [
+            LLMResponse(tool_calls=[ToolCall(id=f"c{i}", name="noop", arguments=f'{{"n": {i}}}')])
+            for i in range(steps)
+        ]
+        return [*calls, "finished"]
+
+    agent = Agent(name="bench", model="m", tools=[noop])
+    store = await open_store(url)
+    if skip:
+
+        async def no_checkpoint(checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
+            return None
+
+        store.checkpoint_step = no_checkpoint  # type: ignore[method-assign]
+    bus = MemoryEventBus()
+    took = 0.0
+    try:
+        for i in range(turns):
+            runner = AgentRunner(agent.build_loop(ScriptedLLM(script())), store, "bench")
+            sid = f"ck-{uuid.uuid4().hex[:10]}"
+            emitter = TurnEmitter(bus, sid, f"t-{uuid.uuid4().hex}")
+            t0 = time.perf_counter()
+            final = await runner.run_turn(
+                session_id=sid, message=f"turn {i}", turn_id=emitter.turn_id, emitter=emitter,
+                fence=1,
+            )  # fmt: skip
+            took += time.perf_counter() - t0
+            assert final.status == "completed", final
+    finally:
+        await bus.close()
+        await store.close()
+    return took / turns
+
+
+def pay_then_answer(request: dict[str, Any]) -> Reply:
+    """Call ``pay`` (it needs approval), then answer with its result."""
+    messages = request["messages"]
+    start = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    results = [m["content"] for m in messages[start:] if m["role"] == "tool"]
+    if not results:
+        return Reply.tool_calls([("pay", {"path": os.devnull, "amount": 1})])
+    return Reply.text(f"result: {results[-1]}")
+
+
+def scenario_approval(args: argparse.Namespace) -> None:
+    bench = Bench(args, 0.0, pay_then_answer, agents="tests.pool_agents:agents")
+    try:
+        pool = bench.pool(args.workers, args.concurrency)
+
+        async def one(producer: Producer, i: int) -> float:
+            handle = await producer.submit(f"ap-{i}-{uuid.uuid4().hex[:6]}", "pay", agent="durable")
+            decided = 0.0
+            resumed = 0.0
+            async for event in handle.events():
+                if event.type == "approval_requested":
+                    call_id = event.calls[0]["call_id"]
+                    decided = time.perf_counter()
+                    await producer.approve(handle.turn_id, call_id, by="bench")
+                elif event.type == "started" and event.attempt == 2:
+                    resumed = time.perf_counter()
+                elif event.type == "final":
+                    if event.status != "completed" or not resumed:
+                        raise RuntimeError(f"unexpected final {event}")
+                    return resumed - decided
+            raise RuntimeError("no final")
+
+        async def run() -> list[float]:
+            producer = bench.producer(args.sessions + 4)
+            try:
+                gate = asyncio.Semaphore(args.sessions)
+
+                async def bounded(i: int) -> float:
+                    async with gate:
+                        return await one(producer, i)
+
+                return list(await asyncio.gather(*(bounded(i) for i in range(args.turns))))
+            finally:
+                await producer.close()
+
+        try:
+            took = asyncio.run(run())
+        finally:
+            pool.stop()
+    finally:
+        bench.close()
+    print(f"approval: {args.turns} parked turns ({args.sessions} at a time, {args.workers} "
+          f"workers): decision -> resumed started p50 {ms(pct(took, 50))}, "
+          f"p99 {ms(pct(took, 99))}")  # fmt: skip
+
+
+def scenario_checkpoint(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from state import scratch_url
+
+    async def one(backend: str) -> tuple[float, float]:
+        async with scratch_url(backend) as url:
+            await checkpoint_turns(url, 5, args.steps, False)  # warm up
+            with_ck = await checkpoint_turns(url, args.turns, args.steps, False)
+            without = await checkpoint_turns(url, args.turns, args.steps, True)
+        return with_ck, without
+
+    for backend in ("sqlite", "postgres"):
+        try:
+            with_ck, without = asyncio.run(one(backend))
+        except Exception as exc:  # an unreachable server: say so, go on
+            print(f"checkpoint {backend}: skipped ({type(exc).__name__}: {exc})")
+            continue
+        print(f"checkpoint {backend}: {args.turns} turns of {args.steps} tool steps; "
+              f"per turn {ms(with_ck)} with step checkpoints ({2 * args.steps} writes + commit), "
+              f"{ms(without)} with one commit per turn; ratio {with_ck / without:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="basic",
-                        choices=["basic", "inflight", "recovery", "scaling"])  # fmt: skip
+                        choices=["basic", "inflight", "recovery", "scaling",
+                                 "checkpoint", "approval"])  # fmt: skip
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
+    parser.add_argument("--steps", type=int, default=3, help="tool steps per turn (checkpoint)")
     parser.add_argument("--database-url", default=None, help="state store (default: SQLite)")
     parser.add_argument(
         "--redis-url", default=os.environ.get("REACTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -339,6 +483,8 @@ def main() -> None:
         "inflight": scenario_inflight,
         "recovery": scenario_recovery,
         "scaling": scenario_scaling,
+        "checkpoint": scenario_checkpoint,
+        "approval": scenario_approval,
     }[args.scenario](args)
 
 

@@ -3,52 +3,138 @@
 ``reactq fork SESSION SEQUENCE``, ``reactq branches SESSION``, ``reactq switch
 SESSION BRANCH``, ``reactq audit TURN_ID`` and ``reactq db upgrade``
 (``reactq history --branch`` is in ``reactq.cli``).
+
+A command that only reads never creates the state database: with an SQLite
+file that does not exist yet, the session it asks about does not exist either,
+and it says so (``SessionNotFoundError``) naming the file, instead of leaving an
+empty database behind in whatever directory it ran from.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
 from reactq.producer.client import Producer
 from reactq.producer.render import render
+from reactq.shared.errors import SessionNotFoundError
+from reactq.shared.events import Event
+from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
 from reactq.shared.state.sql import upgrade
 
 
-def add_state_commands(sub: Any) -> None:
-    """Add the state subcommands to the ``reactq`` parser's subparsers."""
-    f = sub.add_parser("fork", help="start a branch keeping messages 1..SEQUENCE; make it active")
-    f.add_argument("session")
+def database_label(settings: Settings) -> str:
+    """The state database as a person should read it: the SQLite file's absolute path,
+    or the URL with its password redacted."""
+    path = settings.database_path
+    return str(path) if path is not None else redact_url(settings.database_url)
+
+
+def database_missing(settings: Settings) -> bool:
+    """True when the state database is an SQLite file that does not exist (yet)."""
+    path = settings.database_path
+    return path is not None and not path.exists()
+
+
+def session_not_found(settings: Settings, session_id: str) -> SessionNotFoundError:
+    """The error of a command about a session the state database does not hold."""
+    where = database_label(settings)
+    if database_missing(settings):
+        detail = f"the state database {where} does not exist yet"
+    else:
+        detail = f"it is not in the state database {where}"
+    return SessionNotFoundError(
+        f"no session {session_id!r}: {detail} (a session is stored once its first turn "
+        "ends; workers and commands must share REACTQ_DATABASE_URL)",
+        session_id=session_id,
+    )
+
+
+def require_database(settings: Settings, session_id: str) -> None:
+    """Refuse, without creating it, to read a session from a database that does not exist."""
+    if database_missing(settings):
+        raise session_not_found(settings, session_id)
+
+
+def announce_created(settings: Settings, existed: bool) -> None:
+    """Say on stderr that this command created the SQLite state database (and where)."""
+    path = settings.database_path
+    if not existed and path is not None and path.exists():
+        print(
+            f"reactq: created the state database {path} (set REACTQ_DATABASE_URL to use another)",
+            file=sys.stderr,
+        )
+
+
+def add_state_commands(sub: Any, command: Callable[..., Any]) -> None:
+    """Add the state subcommands to the ``reactq`` parser's subparsers; ``command(sub,
+    name, summary, details)`` makes one (``reactq.cli`` gives each a description)."""
+    f = command(
+        sub,
+        "fork",
+        "start a branch keeping messages 1..SEQUENCE; make it active",
+        "Edit a turn: fork before it, then send the new message. The original line stays.",
+    )
+    f.add_argument("session", help="the conversation's id")
     f.add_argument("sequence", type=int, help="keep messages 1..SEQUENCE (0: an empty branch)")
     f.add_argument("--from-branch", default=None, help="the branch to fork (default: active)")
     f.add_argument("--name", default=None, help="the new branch's id (default: generated)")
     f.add_argument("--no-switch", action="store_true", help="leave the active branch as it is")
 
-    b = sub.add_parser("branches", help="list a session's branches")
-    b.add_argument("session")
-    b.add_argument("--json", action="store_true")
+    b = command(
+        sub,
+        "branches",
+        "list a session's branches",
+        "The active one is marked with *. An unknown session is an error.",
+    )
+    b.add_argument("session", help="the conversation's id")
+    b.add_argument("--json", action="store_true", help="one JSON branch per line")
 
-    s = sub.add_parser("switch", help="make a branch the session's active branch")
-    s.add_argument("session")
-    s.add_argument("branch")
+    s = command(
+        sub,
+        "switch",
+        "make a branch the session's active branch",
+        "The next turn runs on it.",
+    )
+    s.add_argument("session", help="the conversation's id")
+    s.add_argument("branch", help="the branch's id (see `reactq branches`)")
 
-    a = sub.add_parser("audit", help="print every recorded event of a turn (the audit log)")
-    a.add_argument("turn_id")
+    a = command(
+        sub,
+        "audit",
+        "print every recorded event of a turn (the audit log)",
+        "From the state database, long after the Redis stream expired; exits 1 when the "
+        "turn has no recorded event.",
+    )
+    a.add_argument("turn_id", help="the turn's id (t_...)")
     a.add_argument("--json", action="store_true", help="one JSON event per line")
 
-    db = sub.add_parser("db", help="the state database's schema")
-    db_sub = db.add_subparsers(dest="db_command", required=True)
-    up = db_sub.add_parser("upgrade", help="apply the schema migrations (REACTQ_DATABASE_URL)")
-    up.add_argument("--revision", default="head")
+    db = command(
+        sub,
+        "db",
+        "the state database's schema",
+        "SQLite upgrades itself; run `reactq db upgrade` on PostgreSQL before a release's "
+        "workers start.",
+    )
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    up = command(
+        db_sub,
+        "upgrade",
+        "apply the schema migrations (REACTQ_DATABASE_URL)",
+        "Creates the database's tables when it has none.",
+    )
+    up.add_argument("--revision", default="head", help="the revision to reach (default head)")
 
 
 async def _fork(args: argparse.Namespace) -> int:
-
-    async with Producer.from_env() as producer:
+    settings = Settings.from_env()
+    require_database(settings, args.session)
+    async with Producer(settings) as producer:
         branch = await producer.fork(
             args.session,
             args.sequence,
@@ -61,9 +147,12 @@ async def _fork(args: argparse.Namespace) -> int:
 
 
 async def _branches(args: argparse.Namespace) -> int:
-
-    async with Producer.from_env() as producer:
+    settings = Settings.from_env()
+    require_database(settings, args.session)
+    async with Producer(settings) as producer:
         branches = await producer.branches(args.session)
+    if not branches:
+        raise session_not_found(settings, args.session)
     for b in branches:
         if args.json:
             print(b.model_dump_json())
@@ -77,17 +166,26 @@ async def _branches(args: argparse.Namespace) -> int:
 
 
 async def _switch(args: argparse.Namespace) -> int:
-
-    async with Producer.from_env() as producer:
+    settings = Settings.from_env()
+    require_database(settings, args.session)
+    async with Producer(settings) as producer:
         await producer.switch_branch(args.session, args.branch)
     print(f"{args.session}: active branch {args.branch}")
     return 0
 
 
 async def _audit(args: argparse.Namespace) -> int:
-
-    async with Producer.from_env() as producer:
-        events = await producer.turn_events(args.turn_id)
+    settings = Settings.from_env()
+    events: list[Event] = []
+    if not database_missing(settings):
+        async with Producer(settings) as producer:
+            events = await producer.turn_events(args.turn_id)
+    if not events:
+        print(
+            f"reactq: no events of turn {args.turn_id} in the state database "
+            f"{database_label(settings)}",
+            file=sys.stderr,
+        )
     for event in events:
         if args.json:
             print(event.model_dump_json())
@@ -99,7 +197,10 @@ async def _audit(args: argparse.Namespace) -> int:
 
 
 async def _db(args: argparse.Namespace) -> int:
-    revision = await upgrade(Settings.from_env().database_url, args.revision)
+    settings = Settings.from_env()
+    existed = not database_missing(settings)
+    revision = await upgrade(settings.database_url, args.revision)
+    announce_created(settings, existed)
     print(f"database schema at revision {revision}")
     return 0
 

@@ -7,24 +7,32 @@ imports ``worker``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import getpass
+import socket
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from pydantic_core import to_json
 from redis.asyncio import Redis
 
 from reactq.shared.audit import audit_sink_for
 from reactq.shared.bus import RedisEventBus
 from reactq.shared.errors import (
     AgentMismatchError,
+    ApprovalNotFoundError,
     ConfigError,
+    InvalidMessageError,
+    InvalidMetadataError,
     InvalidTurnError,
     TurnRejectedError,
     UnknownAgentError,
 )
-from reactq.shared.events import Event, FinalEvent, QueuedEvent
+from reactq.shared.events import ApprovalDecidedEvent, Event, FinalEvent, QueuedEvent
 from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol import endings
+from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
 from reactq.shared.protocol.control import CancelMode, notify_cancel
 from reactq.shared.protocol.dispatch import Dispatcher
 from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
@@ -41,7 +49,64 @@ from reactq.shared.turns import (
     validate_session_id,
 )
 
-__all__ = ["CancelResult", "Producer", "TurnHandle"]
+__all__ = ["CancelResult", "DecideOutcome", "PendingApproval", "Producer", "TurnHandle"]
+
+
+def _default_decider() -> str:
+    with contextlib.suppress(Exception):
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    return "producer"
+
+
+def _decisions(
+    decisions: Mapping[str, bool | str], notes: Mapping[str, str] | None = None
+) -> dict[str, tuple[bool, str | None]]:
+    """``{call_id: True | False | "reason"}`` as ``{call_id: (approved, reason)}`` (an
+    approval's reason is its note, if any)."""
+    if not isinstance(decisions, Mapping) or not decisions:
+        raise ApprovalNotFoundError("give at least one decision: {call_id: True | False | reason}")
+    out: dict[str, tuple[bool, str | None]] = {}
+    for call_id, value in decisions.items():
+        if not isinstance(call_id, str) or not call_id:
+            raise ApprovalNotFoundError(f"a call id must be a non-empty string, got {call_id!r}")
+        if isinstance(value, bool):
+            out[call_id] = (value, (notes or {}).get(call_id) if value else None)
+        elif isinstance(value, str):
+            out[call_id] = (False, value)  # a reason is a denial
+        else:
+            raise ApprovalNotFoundError(
+                f"the decision on {call_id!r} must be True, False or a reason, got {value!r:.60}",
+                call_id=call_id,
+            )
+    return out
+
+
+def _check_text(message: str) -> None:
+    """Refuse a message UTF-8 cannot carry: the turn's payload could not be written."""
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(
+            f"the message holds a lone surrogate at character {exc.start}: send valid Unicode text"
+        ) from None
+
+
+def _check_metadata(metadata: object) -> dict[str, Any]:
+    """The turn's metadata (``{}`` for None) if it travels as JSON, else
+    InvalidMetadataError; nothing is enqueued."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(isinstance(key, str) for key in metadata):
+        raise InvalidMetadataError("metadata must be a JSON object: a dict with string keys")
+    try:
+        # pydantic's serialiser refuses what UTF-8 cannot carry (a lone surrogate), a value
+        # JSON has no form for and a reference cycle. The turn's own model_dump_json would
+        # write a lone surrogate in a key as invalid UTF-8 that no worker can read.
+        to_json(metadata)
+    except ValueError as exc:
+        reason = str(exc).removeprefix("Error serializing to JSON: ")[:300]
+        raise InvalidMetadataError(f"metadata cannot be sent as JSON: {reason}") from None
+    return metadata
 
 
 class TurnHandle:
@@ -105,6 +170,7 @@ class Producer:
             self.settings.session_meta_ttl_seconds,
             dispatch_grace_seconds=self.settings.lease_ttl_seconds,
         )
+        self.approvals = Approvals(self.redis, self.keys, self.settings.session_meta_ttl_seconds)
         self.registry = WorkerRegistry(self.redis, self.keys)
         self.dispatcher = Dispatcher(self.settings)
         self._store: StateStore | None = None
@@ -141,12 +207,19 @@ class Producer:
         """Validate and enqueue a turn; returns its handle.
 
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
-        session id, an empty or oversized message, an unknown agent or a session
-        that belongs to another agent; TurnRejectedError when ``strategy="reject"``
-        finds the session busy.
+        session id, an empty, oversized or unencodable message, metadata that does not
+        travel as JSON, an unknown agent or a session that belongs to another agent;
+        TurnRejectedError when ``strategy="reject"`` finds the session busy.
         """
         validate_session_id(session_id)
         validate_message(message, self.settings.max_message_bytes)
+        _check_text(message)
+        metadata = _check_metadata(metadata)
+        if not isinstance(agent, str):
+            # Before Redis is asked about it (redis-py refuses None with a DataError).
+            raise UnknownAgentError(
+                f"agent must be an agent's name (a string), not {agent!r:.60}", agent=repr(agent)
+            )
         try:
             strategy = MultitaskStrategy(strategy)
         except ValueError:
@@ -165,7 +238,7 @@ class Producer:
             agent=agent,
             message=message,
             strategy=strategy,
-            metadata=metadata or {},
+            metadata=metadata,
         )
         outcome = await self.queue.submit(turn)
         if outcome.status is SubmitStatus.AGENT_MISMATCH:
@@ -201,12 +274,89 @@ class Producer:
         session_id = await self.queue.session_of(turn_id)
         if session_id is None:
             return CancelResult(turn_id, CancelOutcome.UNKNOWN)
+        parked = any(p.turn_id == turn_id for p in await self.approvals.waiting(session_id))
         result = await self.queue.cancel(session_id, turn_id)
-        if result.outcome is CancelOutcome.CANCELLED:
+        if result.outcome is CancelOutcome.CANCELLED and parked:
+            # It waited for decisions: its steps are dropped, the turns behind it go on.
+            with contextlib.suppress(Exception):
+                await (await self.store()).discard_checkpoint(session_id, turn_id)
+            await endings.cancelled(
+                self.bus, session_id, turn_id, "cancelled while it waited for approval"
+            )
+            await self._dispatch_if_work(session_id)
+        elif result.outcome is CancelOutcome.CANCELLED:
             await endings.cancelled(self.bus, session_id, turn_id, "cancelled before it started")
         elif result.outcome is CancelOutcome.CANCELLING:
             await notify_cancel(self.redis, self.keys, turn_id, CancelMode.CANCEL)
         return result
+
+    async def approve(
+        self, turn_id: str, call_id: str, note: str | None = None, *, by: str | None = None
+    ) -> DecideOutcome:
+        """Approve a waiting tool call: it runs when the turn resumes. See ``decide``."""
+        return await self._decide(turn_id, {call_id: (True, note)}, by)
+
+    async def deny(
+        self, turn_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> DecideOutcome:
+        """Deny a waiting tool call: the model reads a tool error carrying ``reason``."""
+        return await self._decide(turn_id, {call_id: (False, reason)}, by)
+
+    async def decide(
+        self,
+        turn_id: str,
+        decisions: Mapping[str, bool | str],
+        *,
+        notes: Mapping[str, str] | None = None,
+        by: str | None = None,
+    ) -> DecideOutcome:
+        """Decide several waiting calls at once, all or none: ``{call_id: True}``
+        approves, ``False`` denies, a string denies with that reason; ``notes`` adds a
+        note to an approval.
+
+        Each decision is published as an ``approval_decided`` event naming ``by`` (the
+        user and host by default). When every waiting call of the turn has one, the
+        turn resumes on a free worker. Raises ApprovalNotFoundError (unknown turn or
+        call), ApprovalClosedError (the turn waits for nothing: finished, running,
+        queued) or DecisionConflictError (a call was decided already; of two racing
+        deciders exactly one wins).
+        """
+        return await self._decide(turn_id, _decisions(decisions, notes), by)
+
+    async def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
+        """The tool calls waiting for a decision, of one session or of every session."""
+        if session_id is not None:
+            validate_session_id(session_id)
+        return await self.approvals.pending(session_id)
+
+    async def _decide(
+        self, turn_id: str, decisions: dict[str, tuple[bool, str | None]], by: str | None
+    ) -> DecideOutcome:
+        session_id = await self.queue.session_of(turn_id)
+        if session_id is None:
+            raise ApprovalNotFoundError(f"turn {turn_id} is unknown", turn_id=turn_id)
+        decider = by or _default_decider()
+        outcome = await self.approvals.decide(session_id, turn_id, decisions, decider)
+        for decision in outcome.decided:
+            await self.bus.publish(
+                ApprovalDecidedEvent(
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    attempt=0,
+                    call_id=decision.call_id,
+                    approved=decision.approved,
+                    reason=decision.reason,
+                    by=decision.by,
+                )
+            )
+        if outcome.ready:
+            await self._dispatch_if_work(session_id)
+        return outcome
+
+    async def _dispatch_if_work(self, session_id: str) -> None:
+        agent = await self.queue.session_agent(session_id)
+        if agent is not None and await self.queue.has_work(session_id):
+            await self.dispatcher.drain(session_id, agent)
 
     def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
         """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""

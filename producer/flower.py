@@ -1,7 +1,8 @@
 """``reactq flower``: Celery's Flower, pointed at the pool's broker.
 
-Flower shows the workers, the ``reactq.drain`` tasks and their runtimes (from
-the task events every reactq worker sends). ``REACTQ_FLOWER_AUTH``
+Flower shows the workers of one namespace (``REACTQ_NAMESPACE``), the
+``reactq.drain`` tasks and their runtimes, from the task events every reactq
+worker sends to its namespace's event exchange (``Keys.celery_isolation``). ``REACTQ_FLOWER_AUTH``
 (``user:password``, comma-separated for several) turns on basic auth: Flower
 runs in this process, so it gets the pairs as its ``--basic-auth`` option in the
 arguments handed to it here, never on a command line, where ``ps`` would show
@@ -16,6 +17,7 @@ import sys
 from celery import Celery
 
 from reactq.shared.errors import ConfigError
+from reactq.shared.keys import Keys
 from reactq.shared.logs import configure_logging
 from reactq.shared.settings import Settings
 
@@ -68,6 +70,9 @@ def run_flower(address: str, port: int, *, url_prefix: str = "", insecure: bool 
         broker_connection_retry_on_startup=True,
         # The pool's visibility timeout, so Flower's view of the broker matches the workers'.
         broker_transport_options={"visibility_timeout": 6 * 3600},
+        # The namespace's own control and event exchanges, as its workers use: another
+        # namespace's workers on the same broker stay out of view.
+        **Keys(settings.namespace).celery_isolation(),
     )
     auth = settings.flower_auth.get_secret_value() if settings.flower_auth else None
     code = app.start(flower_app_argv(address, port, url_prefix, auth))

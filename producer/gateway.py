@@ -11,8 +11,9 @@ any of them can stream any session.
     POST /v1/sessions/{session_id}/turns     submit a turn            202 409 413 422
     GET  /v1/sessions/{session_id}/events    Server-Sent Events: replay, then live
     GET  /v1/sessions/{session_id}/messages  the conversation (?branch=)
-    GET  /v1/turns/{turn_id}                 status, attempt, final
+    GET  /v1/turns/{turn_id}                 status, attempt, final, pending approvals
     POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it
+    POST /v1/turns/{turn_id}/decisions       approve or deny waiting tool calls  200 404 409
     GET  /healthz  /readyz  /openapi.json  /  (the watch page)
 
 Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set.
@@ -32,6 +33,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
+from pydantic import AfterValidator
 from redis.asyncio import Redis
 from starlette.background import BackgroundTask
 from starlette.middleware.cors import CORSMiddleware
@@ -47,6 +49,9 @@ from reactq.producer.gateway_errors import (
 from reactq.producer.gateway_fanout import Fanout
 from reactq.producer.gateway_models import (
     CancelAccepted,
+    DecisionMade,
+    DecisionsAccepted,
+    DecisionsRequest,
     Health,
     Readiness,
     TurnAccepted,
@@ -57,6 +62,8 @@ from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, R
 from reactq.producer.gateway_sse import event_stream
 from reactq.producer.gateway_turns import find_turn, readiness
 from reactq.producer.metrics import install_metrics
+from reactq.shared.bus import validate_stream_id
+from reactq.shared.errors import ApprovalClosedError, ApprovalNotFoundError, DecisionConflictError
 from reactq.shared.logs import configure_logging
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.outcomes import CancelOutcome
@@ -66,12 +73,25 @@ from reactq.shared.turns import SESSION_ID_RE, TurnStatus
 logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
-STREAM_ID_PATTERN = r"^(\d{1,20}(-\d{1,20})?|\$)$"
+# ``[0-9]``, not ``\d``: pydantic's regex engine takes any script's digits for ``\d``.
+# The pattern is the shape (and what the OpenAPI document shows); the range check
+# (each part at most 2**64-1) is ``validate_stream_id``.
+STREAM_ID_PATTERN = r"^([0-9]{1,20}(-[0-9]{1,20})?|\$)$"
 TURN_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+
+
+def _stream_id(value: str | None) -> str | None:
+    # Raises InvalidStreamIdError, a ValueError: pydantic reports it as a 422 naming the
+    # parameter, as for a value that does not match the pattern.
+    return None if value is None else validate_stream_id(value)
+
 
 SessionId = Annotated[
     str,
-    PathParam(pattern=SESSION_ID_RE.pattern, description="The session (1-128 of [A-Za-z0-9._:-])"),
+    PathParam(
+        pattern=SESSION_ID_RE.pattern,
+        description="The session (1-128 of [A-Za-z0-9._:-], not '.' or '..')",
+    ),
 ]
 TurnId = Annotated[str, PathParam(pattern=TURN_ID_PATTERN, description="The turn's id")]
 
@@ -181,8 +201,10 @@ async def stream_events(
         Query(
             pattern=STREAM_ID_PATTERN,
             description="Replay after this event id ('0', the default: the whole stream; "
-            "'$': live only). The Last-Event-ID header wins over it.",
+            "'$': live only; each part at most 2**64-1). The Last-Event-ID header wins "
+            "over it.",
         ),
+        AfterValidator(_stream_id),
     ] = None,
     turn_id: Annotated[
         str | None,
@@ -191,6 +213,7 @@ async def stream_events(
     last_event_id: Annotated[
         str | None,
         Header(alias="Last-Event-ID", pattern=STREAM_ID_PATTERN, description="Resume after it."),
+        AfterValidator(_stream_id),
     ] = None,
 ) -> StreamingResponse:
     """Replay the session's events after a point, then follow them live."""
@@ -282,6 +305,38 @@ async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
         raise GatewayError("no such turn", status=404, error_code="turn_not_found")
     return CancelAccepted(
         turn_id=turn_id, session_id=result.session_id, outcome=result.outcome, status=result.status
+    )
+
+
+@router.post(
+    "/turns/{turn_id}/decisions",
+    response_model=DecisionsAccepted,
+    summary="Approve or deny a turn's waiting tool calls",
+    responses={404: ERROR_RESPONSES[404], 409: ERROR_RESPONSES[409]},
+)
+async def decide_turn(
+    turn_id: TurnId, body: DecisionsRequest, gateway: GatewayDep
+) -> DecisionsAccepted:
+    """Record decisions on the tool calls a turn waits for (all or none). 404: no such
+    turn or call; 409: a call was decided already (of two racing deciders exactly one
+    wins) or the turn waits for nothing."""
+    producer = gateway.producer
+    try:
+        outcome = await producer.decide(
+            turn_id, body.decisions, notes=body.notes, by=body.by or "gateway"
+        )
+    except ApprovalNotFoundError as exc:
+        raise GatewayError(exc.message, status=404, error_code=exc.code) from None
+    except (ApprovalClosedError, DecisionConflictError) as exc:
+        raise GatewayError(exc.message, status=409, error_code=exc.code) from None
+    return DecisionsAccepted(
+        turn_id=turn_id,
+        session_id=outcome.session_id,
+        decided=[
+            DecisionMade(call_id=d.call_id, approved=d.approved, reason=d.reason, by=d.by)
+            for d in outcome.decided
+        ],
+        ready=outcome.ready,
     )
 
 

@@ -24,6 +24,8 @@ from reactq.producer.gateway_models import ErrorBody, FieldError
 from reactq.shared.errors import (
     AgentMismatchError,
     EmptyMessageError,
+    InvalidMessageError,
+    InvalidMetadataError,
     InvalidSessionIdError,
     InvalidTurnError,
     MessageTooLargeError,
@@ -39,8 +41,8 @@ _DESCRIPTIONS = {
     404: "Not found",
     # A path parameter holding "/" can land on another route's path.
     405: "Method not allowed on that path",
-    409: "Refused by the session's state (a strategy rejected the turn, or another agent "
-    "owns the session)",
+    409: "Refused by the session's or the turn's state (a strategy rejected the turn, another "
+    "agent owns the session, a call was decided already, the turn waits for no decision)",
     413: "The request body or the message is over its size limit",
     422: "Invalid input: ``field`` and ``errors`` say which and why",
     501: "Not available in this version",
@@ -61,7 +63,9 @@ SUBMIT_REFUSALS: dict[int | str, dict[str, Any]] = {
         "model": ErrorBody,
         "description": "Invalid input, including input the schema allows but the pool refuses: "
         "an agent no worker hosts (``field``: ``body.agent``), a blank message "
-        "(``body.message``); ``field`` and ``errors`` say which and why",
+        "(``body.message``), metadata that does not serialise to JSON, such as a lone "
+        "surrogate (``body.metadata``), a session id of '.' or '..' (``path.session_id``); "
+        "``field`` and ``errors`` say which and why",
     },
 }
 """What a submit refuses beyond the schema's rules: a client (and a schema-driven
@@ -72,6 +76,8 @@ _TURN_ERRORS: list[tuple[type[ReactqError], int, str | None]] = [
     (InvalidSessionIdError, 422, "path.session_id"),
     (EmptyMessageError, 422, "body.message"),
     (MessageTooLargeError, 413, "body.message"),
+    (InvalidMessageError, 422, "body.message"),
+    (InvalidMetadataError, 422, "body.metadata"),
     (UnknownAgentError, 422, "body.agent"),
     (AgentMismatchError, 409, "body.agent"),
     (InvalidTurnError, 422, None),

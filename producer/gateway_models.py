@@ -46,6 +46,21 @@ class TurnAccepted(BaseModel):
     """Where to stream this turn's events (closes after its ``final``)."""
 
 
+class PendingCall(BaseModel):
+    """A tool call waiting for a person's decision."""
+
+    call_id: str
+    """The call (decide it by this id)."""
+    tool: str
+    """The tool the model called."""
+    arguments: Any
+    """The call's arguments."""
+    requested_at: float
+    """Unix time the turn started to wait."""
+    expires_at: float
+    """Unix time the call counts as denied if nobody decides ("no decision in time")."""
+
+
 class TurnInfo(BaseModel):
     """Where a turn is."""
 
@@ -59,6 +74,47 @@ class TurnInfo(BaseModel):
     """The latest attempt seen (0 before a worker has started it)."""
     final: FinalEvent | None = None
     """Its final event, once it has ended and while the session's stream holds it."""
+    pending_approvals: list[PendingCall] = Field(default_factory=list)
+    """The tool calls it waits for a decision on (status ``awaiting_approval``)."""
+
+
+class DecisionsRequest(BaseModel):
+    """Decisions on a turn's waiting tool calls, all recorded or none."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    decisions: dict[str, bool | str] = Field(min_length=1)
+    """``{call_id: true}`` approves, ``false`` denies, a string denies with that reason."""
+    notes: dict[str, str] = Field(default_factory=dict)
+    """An optional note per approved call."""
+    by: str | None = Field(None, min_length=1, max_length=200)
+    """Who decides (recorded in the ``approval_decided`` events; default ``gateway``)."""
+
+
+class DecisionMade(BaseModel):
+    """One decision as recorded."""
+
+    call_id: str
+    """The call."""
+    approved: bool
+    """Whether it runs."""
+    reason: str | None = None
+    """The approval's note, or why it was denied."""
+    by: str
+    """Who decided."""
+
+
+class DecisionsAccepted(BaseModel):
+    """What a decisions request recorded."""
+
+    turn_id: str
+    """The turn."""
+    session_id: str
+    """Its session."""
+    decided: list[DecisionMade]
+    """The decisions recorded."""
+    ready: bool
+    """True when every waiting call has a decision: the turn resumes on a free worker."""
 
 
 class CancelAccepted(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from reactq.producer.gateway_fanout import Fanout, Frame, FrameCache, Listener
-from reactq.shared.bus import stream_id_gt
+from reactq.shared.bus import MAX_STREAM_ID_PART, parse_stream_id, stream_id_gt
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import text
 
@@ -43,6 +43,9 @@ async def replay(
     Returns the frames, the id of the last entry read and whether more may follow.
     With ``cache``, a big frame another client holds is shared instead of copied.
     """
+    if parse_stream_id(after) == (MAX_STREAM_ID_PART, MAX_STREAM_ID_PART):
+        # Nothing can follow the largest id, and XRANGE refuses an exclusive start there.
+        return [], after, False
     entries: list[Any] = (
         await redis.xrange(keys.events(session_id), min=f"({after}", count=count) or []
     )

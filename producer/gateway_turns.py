@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import JSONResponse
 from kombu import Connection
 
-from reactq.producer.gateway_models import Readiness, TurnInfo
+from reactq.producer.gateway_models import PendingCall, Readiness, TurnInfo
 from reactq.shared.events import FinalEvent, parse_event
 from reactq.shared.redis_client import text
 
@@ -60,8 +60,24 @@ async def find_turn(producer: Producer, turn_id: str) -> TurnInfo | None:
             break
     if final is not None:
         status = final.status
+    waiting = [
+        PendingCall(
+            call_id=a.call_id,
+            tool=a.tool,
+            arguments=a.arguments,
+            requested_at=a.requested_at,
+            expires_at=a.expires_at,
+        )
+        for a in await producer.approvals.waiting(session_id)
+        if a.turn_id == turn_id
+    ]
     return TurnInfo(
-        turn_id=turn_id, session_id=session_id, status=status, attempt=attempt, final=final
+        turn_id=turn_id,
+        session_id=session_id,
+        status=status,
+        attempt=attempt,
+        final=final,
+        pending_approvals=waiting,
     )
 
 

@@ -20,9 +20,21 @@ def _call(tool: str, args: Any) -> str:
     return f"{tool}({_short(args, 200)})"
 
 
-def render(event: Event, *, show_session: bool = False) -> str | None:
-    """One line for a person, or None for events not worth a line (usage, deltas)."""
+def turn_tag(turn_id: str) -> str:
+    """A turn id short enough to start every line with (``t_4dd0c2``): the full id
+    begins with it, as the turn's ``queued`` line shows."""
+    return turn_id[:8]
+
+
+def render(event: Event, *, show_session: bool = False, show_turn: bool = False) -> str | None:
+    """One line for a person, or None for events not worth a line (usage, deltas).
+
+    ``show_session`` and ``show_turn`` start the line with the session id and the
+    turn's tag, for output where several sessions or turns interleave.
+    """
     prefix = f"[{event.session_id}] " if show_session else ""
+    if show_turn:
+        prefix += f"{turn_tag(event.turn_id)} "
     match event.type:
         case "queued":
             line = f"queued     {event.turn_id} for agent {event.agent}: {_short(event.message)}"
@@ -39,7 +51,10 @@ def render(event: Event, *, show_session: bool = False) -> str | None:
         case "error":
             line = f"error      {event.code}: {_short(event.message)}"
         case "final":
-            line = f"final      [{event.status}] {event.text}"
+            # Endings the protocol writes start with their status ("cancelled: ..."),
+            # which the [status] label already says.
+            text = event.text.removeprefix(f"{event.status}: ")
+            line = f"final      [{event.status}] {text}"
         case _:
             return None
     return prefix + line

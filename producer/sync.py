@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from reactq.producer.client import CancelResult, Producer, TurnHandle
+from reactq.producer.client import (
+    CancelResult,
+    DecideOutcome,
+    PendingApproval,
+    Producer,
+    TurnHandle,
+)
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
@@ -157,6 +163,33 @@ class SyncProducer:
     def cancel(self, turn_id: str) -> CancelResult:
         """Cancel a turn (see ``Producer.cancel``)."""
         return self._loop.run(self.producer.cancel(turn_id))
+
+    def approve(
+        self, turn_id: str, call_id: str, note: str | None = None, *, by: str | None = None
+    ) -> DecideOutcome:
+        """Approve a waiting tool call (see ``Producer.approve``)."""
+        return self._loop.run(self.producer.approve(turn_id, call_id, note, by=by))
+
+    def deny(
+        self, turn_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> DecideOutcome:
+        """Deny a waiting tool call (see ``Producer.deny``)."""
+        return self._loop.run(self.producer.deny(turn_id, call_id, reason, by=by))
+
+    def decide(
+        self,
+        turn_id: str,
+        decisions: Mapping[str, bool | str],
+        *,
+        notes: Mapping[str, str] | None = None,
+        by: str | None = None,
+    ) -> DecideOutcome:
+        """Decide several waiting calls at once (see ``Producer.decide``)."""
+        return self._loop.run(self.producer.decide(turn_id, decisions, notes=notes, by=by))
+
+    def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
+        """The tool calls waiting for a decision (see ``Producer.pending_approvals``)."""
+        return self._loop.run(self.producer.pending_approvals(session_id))
 
     def history(self, session_id: str) -> list[ChatMessage]:
         """Every message of the session's conversation, oldest first."""

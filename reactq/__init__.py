@@ -15,19 +15,32 @@ import importlib.util
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from reactq.producer.client import CancelResult, Producer, TurnHandle
+from reactq.producer.client import (
+    CancelResult,
+    DecideOutcome,
+    PendingApproval,
+    Producer,
+    TurnHandle,
+)
 from reactq.producer.sync import SyncProducer, SyncTurnHandle
 from reactq.shared.errors import (
     AgentMismatchError,
     AgentRunError,
+    ApprovalClosedError,
+    ApprovalError,
+    ApprovalNotFoundError,
     BranchError,
     BranchNotFoundError,
     BudgetExceededError,
     ConfigError,
     ContextLengthExceededError,
+    DecisionConflictError,
     EmptyMessageError,
     EmptyResponseError,
+    InvalidMessageError,
+    InvalidMetadataError,
     InvalidSessionIdError,
+    InvalidStreamIdError,
     InvalidTurnError,
     LLMBadRequestError,
     LLMConnectionError,
@@ -44,16 +57,20 @@ from reactq.shared.errors import (
     ParserError,
     ReactqError,
     SchemaVersionError,
+    ServiceUnavailableError,
     SessionNotFoundError,
     SkillError,
     StaleLeaseError,
     ToolDeniedError,
     ToolError,
+    TurnCommittedError,
     TurnRejectedError,
     UnknownAgentError,
 )
 from reactq.shared.events import (
     ActionEvent,
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
     BaseEvent,
     DeltaEvent,
     ErrorEvent,
@@ -97,6 +114,7 @@ from reactq.worker.agent import (
     ToolMode,
     tool,
 )
+from reactq.worker.agent.config import ApprovalPolicy
 from reactq.worker.definitions import Agent, AgentConfigError, load_agents
 
 if TYPE_CHECKING:
@@ -115,6 +133,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "Agent",
     "LoopConfig",
     "ToolMode",
+    "ApprovalPolicy",
     "load_agents",
     # tools
     "Registry",
@@ -147,7 +166,9 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "RunResult",
     # producing turns, reading events
     "CancelResult",
+    "DecideOutcome",
     "MultitaskStrategy",
+    "PendingApproval",
     "Producer",
     "SyncProducer",
     "SyncTurnHandle",
@@ -170,6 +191,8 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ToolFailedEvent",
     "UsageEvent",
     "ErrorEvent",
+    "ApprovalRequestedEvent",
+    "ApprovalDecidedEvent",
     "FinalEvent",
     "parse_event",
     "ChatMessage",
@@ -179,15 +202,24 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ConfigError",
     "AgentConfigError",
     "SchemaVersionError",
+    "ServiceUnavailableError",
     "InvalidTurnError",
     "InvalidSessionIdError",
+    "InvalidStreamIdError",
     "EmptyMessageError",
     "MessageTooLargeError",
+    "InvalidMessageError",
+    "InvalidMetadataError",
     "UnknownAgentError",
     "AgentMismatchError",
     "TurnRejectedError",
     "StaleLeaseError",
+    "TurnCommittedError",
     "SessionNotFoundError",
+    "ApprovalError",
+    "ApprovalNotFoundError",
+    "ApprovalClosedError",
+    "DecisionConflictError",
     "BranchError",
     "BranchNotFoundError",
     "LLMError",

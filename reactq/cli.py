@@ -12,32 +12,51 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import sys
+import textwrap
+import time
+import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from reactq import __version__
 from reactq.demo import run_demo
-from reactq.producer.cli_state import STATE_HANDLERS, add_state_commands
+from reactq.producer.cli_state import (
+    STATE_HANDLERS,
+    add_state_commands,
+    announce_created,
+    database_missing,
+    require_database,
+    session_not_found,
+)
 from reactq.producer.client import Producer
 from reactq.producer.render import render
-from reactq.shared.errors import ConfigError, ReactqError
+from reactq.shared.errors import ConfigError, ReactqError, ServiceUnavailableError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.logs import configure_logging
+from reactq.shared.services import service_error
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import configure_tracing
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 from reactq.worker.cli import host_agents, loaded_agents, model_endpoint
 from reactq.worker.local import run_local_turn
 
+EXIT_ERROR = 2
+"""A refused command: bad input, an unknown agent or session, a bad setting."""
+EXIT_UNAVAILABLE = 3
+"""Redis, the broker or the state database could not be used (worth a retry)."""
+
 GATEWAY_HELP = "go through a reactq gateway over HTTP (key from REACTQ_API_KEY) instead of Redis"
 
 
-def _print_event(event: Event, as_json: bool) -> None:
+def _print_event(event: Event, as_json: bool, *, tag: bool = False) -> None:
     if as_json:
         print(event.model_dump_json(), flush=True)
         return
-    line = render(event)
+    line = render(event, show_turn=tag)
     if line is not None:
         print(line, flush=True)
 
@@ -82,6 +101,7 @@ async def _send(args: argparse.Namespace) -> int:
         handle = await producer.submit(
             args.session, args.message, agent=args.agent, strategy=args.strategy
         )
+        await _warn_if_no_live_worker(producer, args.agent)
         if args.no_follow:
             print(handle.turn_id)
             return 0
@@ -93,14 +113,61 @@ async def _send(args: argparse.Namespace) -> int:
         return 0 if final is not None and final.status == TurnStatus.COMPLETED else 1
 
 
+async def _warn_if_no_live_worker(producer: Producer, agent: str) -> None:
+    """Say on stderr when no worker hosting ``agent`` has beaten within the heartbeat
+    interval: the turn is queued, and waits until one starts.
+
+    ``UnknownAgentError`` only means no worker ever announced the agent; the agent
+    stays known after its workers stop. Workers re-announce themselves (with a
+    timestamp) in the registry (``WorkerRegistry.register_agents``, written by
+    ``worker/bridge.py``'s heartbeat) three times per ``REACTQ_HEARTBEAT_SECONDS``;
+    a stopped worker removes its entry, a killed one stops beating. The
+    timestamps are the workers' clocks: a skew between machines above the
+    interval would make a live pool look gone, never the reverse.
+    """
+    window = producer.settings.heartbeat_seconds
+    now = time.time()
+    for raw in (await producer.redis.hgetall(producer.keys.workers)).values():
+        try:
+            stamp = json.loads(raw)
+            seen = float(stamp.get("ts", 0))
+            hosts = agent in stamp.get("agents", [])
+        except (ValueError, TypeError, AttributeError):
+            continue  # an entry this version does not understand: not a sign of life
+        if hosts and now - seen <= window:
+            return
+    print(
+        f"reactq: no worker hosting agent {agent!r} has been seen in the last {window:g} s "
+        f"(namespace {producer.settings.namespace!r}): the turn waits in the queue until one "
+        "starts (`reactq worker --agents MODULE:ATTR`)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 async def _watch(args: argparse.Namespace) -> int:
     if args.gateway:
         return await _watch_via_gateway(args)
 
-    async with Producer.from_env() as producer:
+    settings = Settings.from_env()
+    async with Producer(settings) as producer:
+        if not await _session_exists(producer, args.session):
+            raise session_not_found(settings, args.session)
+        # Turns of a session interleave here (one queued while another runs): each
+        # line carries its turn's tag.
         async for event in producer.subscribe(args.session, after=args.from_id):
-            _print_event(event, args.json)
+            _print_event(event, args.json, tag=True)
     return 0
+
+
+async def _session_exists(producer: Producer, session_id: str) -> bool:
+    """True when the session has an event stream in Redis or stored state (``watch``
+    refuses a session with neither: most likely a typo, or another REACTQ_NAMESPACE)."""
+    if await producer.redis.exists(producer.keys.events(session_id)):
+        return True
+    if database_missing(producer.settings):
+        return False
+    return await (await producer.store()).get_session(session_id) is not None
 
 
 async def _cancel(args: argparse.Namespace) -> int:
@@ -123,10 +190,41 @@ async def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _history(args: argparse.Namespace) -> int:
-
+async def _decide(args: argparse.Namespace) -> int:
+    """``reactq approve`` / ``reactq deny``: one decision on a waiting tool call."""
+    approve = args.command == "approve"
+    by = f"cli:{getpass.getuser()}"
     async with Producer.from_env() as producer:
+        if approve:
+            outcome = await producer.approve(args.turn_id, args.call_id, args.note, by=by)
+        else:
+            outcome = await producer.deny(args.turn_id, args.call_id, args.reason, by=by)
+    verdict = "approved" if approve else "denied"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "turn_id": args.turn_id,
+                    "call_id": args.call_id,
+                    "decision": verdict,
+                    "session_id": outcome.session_id,
+                    "ready": outcome.ready,
+                }
+            )
+        )
+    else:
+        then = "the turn resumes" if outcome.ready else "other calls still wait"
+        print(f"{args.turn_id} {args.call_id}: {verdict}; {then}")
+    return 0
+
+
+async def _history(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    require_database(settings, args.session)
+    async with Producer(settings) as producer:
         messages = await producer.history(args.session, branch=args.branch)
+        if not messages and await (await producer.store()).get_session(args.session) is None:
+            raise session_not_found(settings, args.session)
     for m in messages:
         if args.json:
             print(json.dumps({"sequence": m.sequence, **m.model_dump(exclude_none=True)}))
@@ -150,16 +248,22 @@ def _run(args: argparse.Namespace) -> int:
     name = args.agent or next(iter(agents))
     if name not in agents:
         raise ConfigError(f"agent {name!r} is not among the loaded ones: {', '.join(agents)}")
+    session = args.session or f"run-{uuid.uuid4().hex[:8]}"
+    existed = not database_missing(settings)
     with model_endpoint(settings, agents) as settings:
         final = asyncio.run(
             run_local_turn(
                 settings,
                 agents[name],
-                args.session,
+                session,
                 args.message,
                 on_event=lambda event: _print_event(event, args.json),
             )
         )
+    announce_created(settings, existed)
+    if args.session is None:
+        # Each run is a new conversation; this is how to go on with this one.
+        print(f"reactq: session {session} (continue it with --session {session})", file=sys.stderr)
     return 0 if final.status == TurnStatus.COMPLETED else 1
 
 
@@ -176,23 +280,102 @@ def _serve(args: argparse.Namespace) -> int:
 def _flower(args: argparse.Namespace) -> int:
     from reactq.producer.flower import run_flower  # the flower extra
 
-    return run_flower(args.address, args.port, url_prefix=args.url_prefix, insecure=args.insecure)
+    return run_flower(args.host, args.port, url_prefix=args.url_prefix, insecure=args.insecure)
+
+
+MAIN_EPILOG = """\
+settings (environment variables; every one in docs/configuration.md):
+  REACTQ_REDIS_URL     Redis for events, leases and session queues
+                       (default redis://localhost:6379/0)
+  REACTQ_NAMESPACE     prefix of every Redis key and Celery queue: workers and
+                       commands must share it (default reactq)
+  REACTQ_DATABASE_URL  the state database (default: SQLite in
+                       $XDG_DATA_HOME/reactq/state.db, ~/.local/share/reactq/state.db,
+                       the same from every directory)
+
+Errors print one line, `reactq: error: <message> [<code>]` (a JSON object with
+--json) and exit with status 2, or 3 when Redis, the broker or the database
+cannot be used.
+"""
+
+SEND_EPILOG = """\
+exit status:
+  0    the turn completed (or, with --no-follow, was queued)
+  1    the turn ended otherwise: error, cancelled, max_iterations, budget_exceeded
+  2    the turn was refused (bad session id or message, unknown agent, another
+       agent's session, the reject strategy) or a setting is invalid: nothing queued
+  3    Redis, the broker or the state database could not be used
+  130  interrupted (Ctrl-C); the turn goes on in the pool
+
+When no worker hosting the agent has been seen within REACTQ_HEARTBEAT_SECONDS,
+send says so on stderr: the turn waits in the queue until one starts.
+"""
+
+STRATEGY_HELP = (
+    "what the turn does when its session already has one running or queued: "
+    "enqueue (default) waits its turn; reject refuses it; interrupt stops the running turn, "
+    "keeps what it did so far, drops the queued ones and runs on top; rollback stops the "
+    "running turn, discards it (and drops the queued ones) and runs on the state before it"
+)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilogs' tables as written; wraps the rest."""
+
+
+def _command(sub: Any, name: str, summary: str, details: str = "", **kwargs: Any) -> Any:
+    """A subcommand whose one-line ``summary`` shows in ``reactq --help`` and opens its own."""
+    description = f"{summary[0].upper()}{summary[1:]}."
+    if details:
+        description += "\n\n" + textwrap.fill(details, 79)
+    return sub.add_parser(
+        name, help=summary, description=description, formatter_class=_Formatter, **kwargs
+    )
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: it still works, says which to use, and hides from --help."""
+
+    def __init__(self, *args: Any, use: str, **kwargs: Any) -> None:
+        self.use = use
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        print(f"reactq: {option} is deprecated: use {self.use}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
-        prog="reactq", description="Run ReAct agents as a horizontally scaled worker pool."
+        prog="reactq",
+        description=textwrap.fill(
+            "Run ReAct agents as a horizontally scaled worker pool: workers run the turns "
+            "that producers (this command, Python, the HTTP gateway) put on the queue.",
+            79,
+        ),
+        epilog=MAIN_EPILOG,
+        formatter_class=_Formatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version", action="version", version=f"reactq {__version__}", help="print the version"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    w = sub.add_parser("worker", help="run a worker process hosting some agents")
+    w = _command(
+        sub,
+        "worker",
+        "run a worker process hosting some agents",
+        "Consumes the turns of its agents' queues until stopped (SIGTERM finishes the running "
+        "turns first). Start as many as you like, on any machine that reaches Redis.",
+    )
     w.add_argument(
         "--agents",
         action="append",
         default=[],
         metavar="MODULE[:ATTR]",
-        help="agent definitions to host (repeatable; or REACTQ_AGENTS)",
+        help="agent definitions to host (repeatable; or REACTQ_AGENTS); the current "
+        "directory is searched first",
     )
     w.add_argument(
         "--concurrency",
@@ -200,68 +383,157 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="turns in flight in this process (default REACTQ_CONCURRENCY or 100)",
     )
-    w.add_argument("--loglevel", default=None, help="default REACTQ_LOG_LEVEL or INFO")
+    w.add_argument(
+        "--loglevel",
+        default=None,
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING, ERROR (default REACTQ_LOG_LEVEL or INFO)",
+    )
 
-    s = sub.add_parser("send", help="submit a turn and stream its events")
-    s.add_argument("session")
-    s.add_argument("message")
-    s.add_argument("--agent", required=True)
-    s.add_argument("--strategy", default="enqueue", choices=[m.value for m in MultitaskStrategy])
+    s = _command(
+        sub,
+        "send",
+        "submit a turn and stream its events",
+        "Queues MESSAGE for AGENT in SESSION, then prints the turn's events until its final.",
+        epilog=SEND_EPILOG,
+    )
+    s.add_argument("session", help="the conversation's id ([A-Za-z0-9._:-], up to 128)")
+    s.add_argument("message", help="the user message")
+    s.add_argument(
+        "--agent", required=True, help="the agent to run it (a session keeps its first agent)"
+    )
+    s.add_argument(
+        "--strategy",
+        default="enqueue",
+        choices=[m.value for m in MultitaskStrategy],
+        help=STRATEGY_HELP,
+    )
     s.add_argument("--no-follow", action="store_true", help="print the turn id and return")
     s.add_argument("--json", action="store_true", help="one JSON event per line")
     s.add_argument("--gateway", metavar="URL", help=GATEWAY_HELP)
 
-    wa = sub.add_parser("watch", help="follow a session's events (replay with --from)")
-    wa.add_argument("session")
+    wa = _command(
+        sub,
+        "watch",
+        "follow a session's events (replay with --from)",
+        "Prints every event of the session as it happens, each line tagged with its turn "
+        "(t_xxxxxx), until interrupted. The session must exist: have a stream in Redis or "
+        "stored state.",
+    )
+    wa.add_argument("session", help="the conversation's id")
     wa.add_argument(
         "--from",
         dest="from_id",
         default=None,
         metavar="EVENT_ID",
-        help="replay after this event id ('0' for the whole stream)",
+        help="replay after this event id ('0' for the whole stream; default: live only)",
     )
-    wa.add_argument("--json", action="store_true")
+    wa.add_argument("--json", action="store_true", help="one JSON event per line")
     wa.add_argument("--gateway", metavar="URL", help=GATEWAY_HELP)
 
-    sv = sub.add_parser("serve", help="run the HTTP gateway (SSE, API keys, OpenAPI, a page)")
+    sv = _command(
+        sub,
+        "serve",
+        "run the HTTP gateway (SSE, API keys, OpenAPI, a page)",
+        "Without REACTQ_API_KEYS it serves loopback only.",
+    )
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     sv.add_argument(
         "--insecure",
         action="store_true",
         help="allow a non-loopback address without REACTQ_API_KEYS",
     )
-    sv.add_argument("--loglevel", default="info")
+    sv.add_argument(
+        "--loglevel", default="info", metavar="LEVEL", help="debug, info, warning (default info)"
+    )
 
-    fl = sub.add_parser("flower", help="run Celery's Flower against the broker (the pool's view)")
-    fl.add_argument("--address", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    fl.add_argument("--port", type=int, default=5555)
-    fl.add_argument("--url-prefix", default="", help="when served under a path behind a proxy")
+    fl = _command(
+        sub,
+        "flower",
+        "run Celery's Flower against the broker (the pool's view)",
+        "Shows this namespace's workers and their reactq.drain tasks. Set "
+        "REACTQ_FLOWER_AUTH=user:password before exposing it.",
+    )
+    fl.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    fl.add_argument(
+        "--address", dest="host", action=_DeprecatedAlias, use="--host", help=argparse.SUPPRESS
+    )
+    fl.add_argument("--port", type=int, default=5555, help="port to bind (default 5555)")
+    fl.add_argument("--url-prefix", default="", help="the path it is served under, behind a proxy")
     fl.add_argument(
         "--insecure",
         action="store_true",
         help="allow a non-loopback address without REACTQ_FLOWER_AUTH",
     )
 
-    c = sub.add_parser("cancel", help="cancel a queued or running turn")
-    c.add_argument("turn_id")
-    c.add_argument("--json", action="store_true")
+    c = _command(
+        sub,
+        "cancel",
+        "cancel a queued or running turn",
+        "A queued turn ends at once, a running one before its next model or tool call; "
+        "either way nothing of it is committed.",
+    )
+    c.add_argument("turn_id", help="the turn's id (t_..., printed by send)")
+    c.add_argument("--json", action="store_true", help="the outcome as a JSON object")
 
-    h = sub.add_parser("history", help="print a session's conversation")
-    h.add_argument("session")
+    for verb, summary, option, meaning in (
+        ("approve", "approve a tool call a turn waits for", "--note", "a note kept with it"),
+        ("deny", "deny a tool call a turn waits for", "--reason", "why (the model reads it)"),
+    ):
+        a = _command(
+            sub,
+            verb,
+            summary,
+            "A turn whose tool calls need a person waits parked, holding no worker; it "
+            "resumes once every waiting call is decided. The call ids are in its "
+            "approval_requested event (reactq watch) and in GET /v1/turns/{turn_id}.",
+        )
+        a.add_argument("turn_id", help="the turn's id (t_...)")
+        a.add_argument("call_id", help="the waiting call's id")
+        a.add_argument(option, default=None, help=meaning)
+        a.add_argument("--json", action="store_true", help="the outcome as a JSON object")
+
+    h = _command(
+        sub,
+        "history",
+        "print a session's conversation",
+        "Messages are numbered from 1 (fork keeps 1..N). An unknown session is an error.",
+    )
+    h.add_argument("session", help="the conversation's id")
     h.add_argument("--branch", default=None, help="this branch instead of the active one")
-    h.add_argument("--json", action="store_true")
-    add_state_commands(sub)
+    h.add_argument("--json", action="store_true", help="one JSON message per line")
+    add_state_commands(sub, _command)
 
-    r = sub.add_parser("run", help="run one turn in-process (no broker; SQLite state)")
-    r.add_argument("message")
-    r.add_argument("--agents", action="append", default=[], metavar="MODULE[:ATTR]")
+    r = _command(
+        sub,
+        "run",
+        "run one turn in-process (no broker, no Redis)",
+        "Each run is a new session unless --session names one; it prints the session on "
+        "stderr. The state goes to REACTQ_DATABASE_URL, as a worker's does.",
+    )
+    r.add_argument("message", help="the user message")
+    r.add_argument(
+        "--agents",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help="agent definitions to load (repeatable; or REACTQ_AGENTS)",
+    )
     r.add_argument("--agent", default=None, help="which agent, when several are loaded")
-    r.add_argument("--session", default="local")
-    r.add_argument("--json", action="store_true")
+    r.add_argument(
+        "--session", default=None, help="continue this session (default: a new one per run)"
+    )
+    r.add_argument("--json", action="store_true", help="one JSON event per line")
 
-    d = sub.add_parser("demo", help="a demo of the pool (or in-process without Redis)")
-    d.add_argument("--sessions", type=int, default=4)
+    d = _command(
+        sub,
+        "demo",
+        "a demo of the pool (or in-process without Redis)",
+        "Starts two workers in a namespace of its own and a throwaway state database, runs "
+        "turns for several sessions at once, and leaves nothing behind.",
+    )
+    d.add_argument("--sessions", type=int, default=4, help="sessions to run (default 4)")
     d.add_argument("--in-process", action="store_true", help="skip the pool even if Redis answers")
     return parser
 
@@ -287,19 +559,44 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "watch": _watch,
                 "history": _history,
                 "cancel": _cancel,
+                "approve": _decide,
+                "deny": _decide,
                 **STATE_HANDLERS,
             }[args.command]
             code = asyncio.run(handler(args))
     except ReactqError as exc:
-        print(f"reactq: error: {exc.message} [{exc.code}]", file=sys.stderr)
-        return 2
+        return _fail(exc, args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # `reactq watch ... | head`: the reader left; that is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        # Redis, the broker or the database failing is one line like any other error;
+        # anything else is a bug and keeps its traceback.
+        error = _as_service_error(exc)
+        if error is None:
+            raise
+        return _fail(error, args)
     return int(code)
+
+
+def _as_service_error(exc: BaseException) -> ServiceUnavailableError | None:
+    try:
+        settings = Settings.from_env()
+    except ReactqError:
+        return None
+    return service_error(exc, settings)
+
+
+def _fail(error: ReactqError, args: argparse.Namespace) -> int:
+    """Print ``error`` on stderr (JSON under ``--json``); its exit code."""
+    if getattr(args, "json", False):
+        print(json.dumps({"code": error.code, "message": error.message}), file=sys.stderr)
+    else:
+        print(f"reactq: error: {error.message} [{error.code}]", file=sys.stderr)
+    return EXIT_UNAVAILABLE if isinstance(error, ServiceUnavailableError) else EXIT_ERROR
 
 
 if __name__ == "__main__":

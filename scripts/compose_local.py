@@ -8,18 +8,25 @@ the workers (``--scale worker=N``), the gateway and Flower, each until its own
 healthcheck passes. Redis and PostgreSQL must already listen on 127.0.0.1 (the
 role and database the postgres service would create are created here through
 ``--pg-admin-url``). Finally one turn goes through the gateway with
-``reactq send --gateway`` and everything is stopped.
+``reactq send --gateway``, everything is stopped, and what the run created is
+removed: the role and database (only if it created them) and the Redis keys of
+its namespace (a fresh one unless ``--env REACTQ_NAMESPACE=...``).
 
-Published ports are moved to free local ones (``--keep-ports`` keeps them).
+``--keep`` leaves the services running, and all that with them, and records
+their pids in the log folder; ``--stop`` (with the same ``--log-dir``) stops
+them and removes what that run created. Published ports are moved to free local
+ones (``--keep-ports`` keeps them).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from reactq.shared.redis_client import forget_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -100,12 +109,16 @@ class LocalCompose:
         workers: int,
         keep_ports: bool,
         log_dir: Path,
+        detach: bool = False,
     ) -> None:
         self.services: dict[str, Any] = compose["services"]
         self.overrides = overrides
         self.workers = workers
         self.keep_ports = keep_ports
         self.log_dir = log_dir
+        # Services that outlive this script (--keep) get a session of their own: a
+        # terminal's hang-up or Ctrl-C meant for the script does not reach them.
+        self.detach = detach
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.hosts = set(self.services)
 
@@ -151,6 +164,7 @@ class LocalCompose:
                 env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                start_new_session=self.detach,
             )
         self.procs.append((label, proc))
         print(f"compose-local: {label}: {shlex.join(command)}", flush=True)
@@ -196,27 +210,118 @@ class LocalCompose:
                 proc.wait(10)
 
 
-async def _ensure_database(admin_url: str, postgres: Mapping[str, Any]) -> None:
-    """What the postgres image does at first start: its POSTGRES_* role and database."""
+async def _ensure_database(admin_url: str, postgres: Mapping[str, Any]) -> dict[str, str]:
+    """What the postgres image does at first start: its POSTGRES_* role and database.
+
+    Returns what this call created (``role``, ``database``), for ``_drop_created``:
+    a role or database that was already there is left alone, then and afterwards.
+    """
     import asyncpg
 
     env = environment_of(postgres)
     user, password = env.get("POSTGRES_USER", "postgres"), env.get("POSTGRES_PASSWORD", "")
     db = env.get("POSTGRES_DB", user)
+    created: dict[str, str] = {}
     conn = await asyncpg.connect(admin_url, timeout=5)
     try:
         if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user):
             await conn.execute(f'CREATE ROLE "{user}" LOGIN PASSWORD $pw${password}$pw$')
+            created["role"] = user
         if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", db):
             await conn.execute(f'CREATE DATABASE "{db}" OWNER "{user}"')
+            created["database"] = db
+    finally:
+        await conn.close()
+    return created
+
+
+async def _drop_created(admin_url: str, created: Mapping[str, str]) -> None:
+    """Drop the database and role ``_ensure_database`` created (the database first: it
+    is the role's)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_url, timeout=5)
+    try:
+        if "database" in created:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{created["database"]}" WITH (FORCE)')
+        if "role" in created:
+            await conn.execute(f'DROP ROLE IF EXISTS "{created["role"]}"')
     finally:
         await conn.close()
 
 
+STATE_FILE = "compose-local.json"
+"""In the log folder: what a ``--keep`` run left, for ``--stop`` (pids and names, no secret)."""
+
+# The services a --keep run of this process left running. Referenced for the process's
+# life (a dropped Popen of a running child is a ResourceWarning), and the way --stop
+# in the same process (a test) reaps them.
+_KEPT: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _alive(pid: int) -> bool:
+    if pid in _KEPT:
+        return _KEPT[pid].poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _is_ours(pid: int) -> bool:
+    """The pid still runs one of our services (not a process that reused the number)."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():  # no /proc (macOS): trust the record
+        return _alive(pid)
+    return b"reactq.cli" in cmdline.read_bytes() and _alive(pid)
+
+
+def _stop_pids(pids: list[int], grace: float = 40) -> None:
+    for pid in pids:
+        if _is_ours(pid):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in [p for p in pids if _alive(p)]:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _remove_created(record: Mapping[str, Any], admin_url: str) -> None:
+    """Remove what a run created: its database and role, its namespace's Redis keys."""
+    created = record.get("postgres") or {}
+    if created and admin_url:
+        asyncio.run(_drop_created(admin_url, created))
+    forget_namespace(record["redis_url"], record["namespace"])
+    removed = ", ".join(f"{k} {v!r}" for k, v in created.items())
+    print(
+        f"compose-local: removed {removed + ', ' if removed else ''}"
+        f"the Redis keys of namespace {record['namespace']!r}",
+        flush=True,
+    )
+
+
+def stop_kept(log_dir: Path, admin_url: str) -> int:
+    """``--stop``: stop what a ``--keep`` run left running and remove what it created."""
+    path = log_dir / STATE_FILE
+    if not path.exists():
+        print(f"compose-local: nothing to stop: no {path}", file=sys.stderr)
+        return 1
+    record = json.loads(path.read_text())
+    _stop_pids([int(p) for p in record["pids"].values()])
+    _remove_created(record, admin_url)
+    path.unlink()
+    print("compose-local: stopped", ", ".join(record["pids"]), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="compose_local", description=__doc__.split("\n")[0])
-    parser.add_argument("--file", type=Path, default=COMPOSE)
-    parser.add_argument("--scale-worker", type=int, default=2, metavar="N")
+    parser.add_argument("--file", type=Path, default=COMPOSE, help="the compose file")
+    parser.add_argument(
+        "--scale-worker", type=int, default=2, metavar="N", help="worker replicas (default 2)"
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -227,25 +332,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-admin-url",
         default="postgresql://postgres@127.0.0.1:5432/postgres",
-        help="creates the postgres service's role and database ('' to skip)",
+        help="creates the postgres service's role and database, and drops them at the end "
+        "when this run created them ('' to skip both)",
     )
-    parser.add_argument("--keep-ports", action="store_true")
-    parser.add_argument("--log-dir", type=Path, default=ROOT / ".reactq" / "compose-local")
-    parser.add_argument("--message", default="What's the weather in Paris?")
+    parser.add_argument(
+        "--keep-ports", action="store_true", help="publish on the compose file's own ports"
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=ROOT / ".reactq" / "compose-local",
+        help="the services' logs (and a --keep run's record)",
+    )
+    parser.add_argument(
+        "--message", default="What's the weather in Paris?", help="the turn to send"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the services running, with what this run created; --stop ends them",
+    )
+    parser.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop the services a --keep run left (same --log-dir) and remove what it created",
+    )
     args = parser.parse_args(argv)
+    if args.stop:
+        return stop_kept(args.log_dir, args.pg_admin_url)
 
     compose = load_compose(args.file)
     overrides = dict(item.split("=", 1) for item in args.env)
+    # A namespace of its own, unless told: its Redis keys are removed at the end.
+    overrides.setdefault("REACTQ_NAMESPACE", f"compose-local-{uuid.uuid4().hex[:8]}")
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    created: dict[str, str] = {}
     if args.pg_admin_url and "postgres" in compose["services"]:
-        asyncio.run(_ensure_database(args.pg_admin_url, compose["services"]["postgres"]))
-    local = LocalCompose(compose, overrides, args.scale_worker, args.keep_ports, args.log_dir)
+        created = asyncio.run(_ensure_database(args.pg_admin_url, compose["services"]["postgres"]))
+    local = LocalCompose(
+        compose, overrides, args.scale_worker, args.keep_ports, args.log_dir, detach=args.keep
+    )
+    worker_env = local.plan("worker")[1]
+    record: dict[str, Any] = {
+        "namespace": worker_env["REACTQ_NAMESPACE"],
+        "redis_url": worker_env["REACTQ_REDIS_URL"],
+        "postgres": created,
+        "pids": {},
+    }
     try:
         local.run_once("migrate")
         for replica in range(args.scale_worker):
             local.start("worker", replica)
         gateway = local.start("gateway")
-        local.start("flower")
+        flower = local.start("flower")
         from reactq.worker.definitions import load_agents
 
         agent = next(iter(load_agents(gateway["REACTQ_AGENTS"].split(","))))
@@ -279,9 +418,28 @@ def main(argv: list[str] | None = None) -> int:
             "the turn completed",
             flush=True,
         )
+        if args.keep:
+            print(
+                f"compose-local: left running: the gateway on {url}, Flower on "
+                f"http://127.0.0.1:{flower['_port']}, namespace {record['namespace']!r}",
+                flush=True,
+            )
         return 0
     finally:
-        local.stop()
+        if args.keep:
+            running = [(label, proc) for label, proc in local.procs if proc.poll() is None]
+            _KEPT.update((proc.pid, proc) for _, proc in running)
+            record["pids"] = {label: proc.pid for label, proc in running}
+            (args.log_dir / STATE_FILE).write_text(json.dumps(record, indent=2))
+            print(
+                f"compose-local: --keep: {len(record['pids'])} services still run; stop them "
+                f"and remove what this run created with: python scripts/compose_local.py "
+                f"--stop --log-dir {args.log_dir}",
+                flush=True,
+            )
+        else:
+            local.stop()
+            _remove_created(record, args.pg_admin_url)
 
 
 if __name__ == "__main__":

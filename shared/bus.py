@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from reactq.shared.errors import SchemaVersionError
+from reactq.shared.errors import InvalidStreamIdError, SchemaVersionError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_source
@@ -94,15 +94,41 @@ class TurnEmitter:
 
 # --- stream ids ---------------------------------------------------------------
 
-_STREAM_ID_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+MAX_STREAM_ID_PART = 2**64 - 1
+"""The largest milliseconds or sequence number of a stream id (Redis keeps each as a
+64-bit unsigned integer)."""
+
+# ``[0-9]``, not ``\d``, which also takes other scripts' digits (Arabic-Indic ones),
+# and at most 20 of them (2**64-1 has 20): Redis refuses anything else, and would
+# only say so on the first read, in the middle of a subscription.
+_STREAM_ID_RE = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
 
 
 def parse_stream_id(stream_id: str) -> tuple[int, int]:
-    """A stream id (``"<ms>-<n>"``, ``"<ms>"`` or ``"0"``) as a comparable tuple."""
-    match = _STREAM_ID_RE.match(stream_id)
-    if match is None:
-        raise ValueError(f"not a stream id: {stream_id!r} (expected '<ms>-<n>', '<ms>' or '0')")
-    return int(match.group(1)), int(match.group(2) or 0)
+    """A stream id (``"<ms>-<n>"``, ``"<ms>"`` or ``"0"``) as a comparable tuple.
+
+    Raises InvalidStreamIdError (a ValueError) for anything Redis would refuse: other
+    than ASCII digits, or a part over ``MAX_STREAM_ID_PART``.
+    """
+    match = _STREAM_ID_RE.fullmatch(stream_id) if isinstance(stream_id, str) else None
+    if match is not None:
+        ms, seq = int(match.group(1)), int(match.group(2) or 0)
+        if ms <= MAX_STREAM_ID_PART and seq <= MAX_STREAM_ID_PART:
+            return ms, seq
+    raise InvalidStreamIdError(
+        f"not a stream id: {stream_id!r:.60} (expected '<ms>-<n>', '<ms>' or '0', in "
+        f"ASCII digits, each part at most {MAX_STREAM_ID_PART})",
+        stream_id=str(stream_id)[:64],
+    )
+
+
+def validate_stream_id(after: str) -> str:
+    """Return a subscriber's ``after`` if it is a stream id or ``"$"`` (live only), else
+    raise InvalidStreamIdError; what the gateway checks ``?after=`` and
+    ``Last-Event-ID`` with."""
+    if after != "$":
+        parse_stream_id(after)
+    return after
 
 
 def stream_id_gt(a: str, b: str) -> bool:
@@ -112,9 +138,8 @@ def stream_id_gt(a: str, b: str) -> bool:
 
 def _check_after(after: str | None) -> str | None:
     """Validate a subscriber's ``after``; ``"$"`` means live only, like ``None``."""
-    if after is None or after == "$":
+    if after is None or validate_stream_id(after) == "$":
         return None
-    parse_stream_id(after)
     return after
 
 
@@ -430,10 +455,12 @@ class MemoryEventBus:
         self, session_id: str, after: str = "0", count: int | None = None
     ) -> list[Event]:
         """The events stored after ``after`` (no waiting), oldest first."""
+        # Checked first, so that a bad id is refused as the Redis bus refuses it.
+        cursor = parse_stream_id(after)
         stream = self._streams.get(session_id)
         if stream is None:
             return []
-        found = _after(stream, parse_stream_id(after))
+        found = _after(stream, cursor)
         return [event for _key, event in (found if count is None else found[:count])]
 
     async def close(self) -> None:

@@ -48,6 +48,9 @@ timeouts, resource attributes).
 
 def _default(name: str) -> str:
     field = Settings.model_fields[name]
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if "doc_default" in extra:  # a default that depends on the machine (a user's folder)
+        return f"`{extra['doc_default']}`"
     if field.default_factory is not None:
         value: Any = field.default_factory()  # type: ignore[call-arg]
     elif field.default is PydanticUndefined:

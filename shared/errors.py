@@ -5,18 +5,33 @@
     ReactqError                      code
     ├── ConfigError                  config_error
     ├── SchemaVersionError           schema_version
-    ├── InvalidTurnError             invalid_turn      (caller input; nothing enqueued)
+    ├── ServiceUnavailableError      service_unavailable (Redis, the broker or the state
+    │                                                   database cannot be reached, refuses
+    │                                                   the credentials, or lacks the database)
+    ├── InvalidTurnError             invalid_turn      (caller input; nothing enqueued or read)
     │   ├── InvalidSessionIdError    invalid_session_id
+    │   ├── InvalidStreamIdError     invalid_stream_id (also a ValueError: a subscriber's
+    │   │                                               ``after`` Redis would refuse)
     │   ├── EmptyMessageError        empty_message
     │   ├── MessageTooLargeError     message_too_large
+    │   ├── InvalidMessageError      invalid_message   (text UTF-8 cannot carry)
+    │   ├── InvalidMetadataError     invalid_metadata  (not a JSON object UTF-8 can carry)
     │   ├── UnknownAgentError        unknown_agent
     │   └── AgentMismatchError       agent_mismatch
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
+    ├── TurnCommittedError           turn_committed    (a second commit of a turn: refused, the
+    │                                                   turn's messages are stored once)
     ├── LeaseLostError               lease_lost        (the lease could not be renewed; the
     │                                                   turn must not commit)
     ├── EvictedError                 evicted           (a stopping worker gave the turn back)
     ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
+    ├── ApprovalError                approval_error    (a decision on a waiting tool call refused)
+    │   ├── ApprovalNotFoundError    approval_not_found (no such turn, or no such waiting call)
+    │   ├── ApprovalClosedError      approval_closed   (the turn waits for nothing: finished,
+    │   │                                               running or queued)
+    │   └── DecisionConflictError    decision_conflict (the call has a decision already; two
+    │                                                   racing deciders: exactly one wins)
     ├── BranchError                  branch_error      (also a ValueError: bad branch id, a fork
     │   │                                               point out of range, a duplicate branch)
     │   └── BranchNotFoundError      branch_not_found  (the session has no such branch)
@@ -47,6 +62,12 @@ Subclasses defined beside the code that raises them::
     AgentConfigError     config_error        a ConfigError and a ValueError
                                              (reactq.worker.definitions)
     ToolArgumentsError   invalid_arguments   a ToolError (reactq.worker.agent.tools)
+    WorkspaceError       workspace_error     a ToolError: a file tool refused a path or a change
+                                             (reactq.bundles.workspace)
+    PatchError           patch_error         a WorkspaceError: apply_patch changed nothing
+                                             (reactq.bundles.patch)
+    DownloadError        download_error      a ToolError: download_file refused or failed
+                                             (reactq.bundles.download)
     GatewayRequestError  gateway_error       the gateway client: a refusal it could not
                                              map to a class here (reactq.producer.gateway_client)
     GatewayError         gateway_http_error  the gateway's own HTTP answers, server side
@@ -99,16 +120,39 @@ class SchemaVersionError(ReactqError):
     code = "schema_version"
 
 
+class ServiceUnavailableError(ReactqError):
+    """Redis, the broker or the state database could not be used: it does not answer,
+    refuses the credentials, or lacks the database.
+
+    The message names the service, its URL (password redacted) and the setting that
+    points at it; ``details`` carry them as ``service``, ``url`` and ``setting``.
+    """
+
+    code = "service_unavailable"
+
+
 class InvalidTurnError(ReactqError):
-    """A turn was refused before anything was enqueued."""
+    """Caller input was refused: a turn, before anything was enqueued, or an id to read
+    with (a session's, a stream's)."""
 
     code = "invalid_turn"
 
 
 class InvalidSessionIdError(InvalidTurnError):
-    """The session id is empty, too long, or has characters outside [A-Za-z0-9._:-]."""
+    """The session id is empty, too long, has characters outside [A-Za-z0-9._:-], or is
+    ``.`` or ``..`` (which a URL path cannot hold)."""
 
     code = "invalid_session_id"
+
+
+class InvalidStreamIdError(InvalidTurnError, ValueError):
+    """A stream id (a subscriber's ``after``, ``Last-Event-ID``) that Redis would refuse:
+    not ``<ms>-<seq>`` or ``<ms>`` in ASCII digits, or a part over 2**64-1.
+
+    Also a ValueError, as ``parse_stream_id`` raised before it had a class of its own.
+    """
+
+    code = "invalid_stream_id"
 
 
 class EmptyMessageError(InvalidTurnError):
@@ -121,6 +165,19 @@ class MessageTooLargeError(InvalidTurnError):
     """The user message is over the size limit (REACTQ_MAX_MESSAGE_BYTES)."""
 
     code = "message_too_large"
+
+
+class InvalidMessageError(InvalidTurnError):
+    """The user message is text UTF-8 cannot carry (it holds a lone surrogate)."""
+
+    code = "invalid_message"
+
+
+class InvalidMetadataError(InvalidTurnError):
+    """The turn's metadata is not a dict with string keys, or does not serialise to JSON
+    (a lone surrogate, a value JSON has no form for, a reference cycle)."""
+
+    code = "invalid_metadata"
 
 
 class UnknownAgentError(InvalidTurnError):
@@ -145,6 +202,13 @@ class StaleLeaseError(ReactqError):
     """A write carried a fencing token older than the session's newest one."""
 
     code = "stale_lease"
+
+
+class TurnCommittedError(ReactqError):
+    """A commit of a turn that already has a committed record: it wrote nothing, so
+    a turn's messages are stored at most once (``turn_id`` names it)."""
+
+    code = "turn_committed"
 
 
 class SessionNotFoundError(ReactqError):
@@ -284,6 +348,30 @@ class LeaseLostError(ReactqError):
     not renew in time): it must not commit or end the turn, the new holder owns it."""
 
     code = "lease_lost"
+
+
+class ApprovalError(ReactqError):
+    """A decision on a tool call waiting for approval was refused."""
+
+    code = "approval_error"
+
+
+class ApprovalNotFoundError(ApprovalError):
+    """No such turn, or the turn has no waiting call with that id."""
+
+    code = "approval_not_found"
+
+
+class ApprovalClosedError(ApprovalError):
+    """The turn is not waiting for a decision (it finished, runs or is queued)."""
+
+    code = "approval_closed"
+
+
+class DecisionConflictError(ApprovalError):
+    """The call was decided already (by another decider, or by the timeout)."""
+
+    code = "decision_conflict"
 
 
 class EvictedError(ReactqError):

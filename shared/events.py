@@ -58,6 +58,9 @@ class StartedEvent(BaseEvent):
     type: Literal["started"] = "started"
     worker: str = ""
     """Which worker runs it (host and pid)."""
+    resumed_from_step: int | None = None
+    """This attempt resumes the turn's checkpoint: how many steps it had completed
+    (their tools do not run again); None: the turn runs from its start."""
 
 
 class ThoughtEvent(BaseEvent):
@@ -158,6 +161,31 @@ class FinalEvent(BaseEvent):
     """Cumulative cost of the turn, when a price table is configured."""
 
 
+class ApprovalRequestedEvent(BaseEvent):
+    """The turn waits for a person: tool calls that need approval. No worker holds
+    the turn while it waits; it resumes once every call has a decision."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    calls: list[dict[str, Any]]
+    """Every waiting call: ``{"call_id", "tool", "arguments"}``."""
+    expires_at: float | None = None
+    """Unix time at which an undecided call counts as denied ("no decision in time")."""
+
+
+class ApprovalDecidedEvent(BaseEvent):
+    """A decision on one waiting call: who made it, and what it was."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    call_id: str
+    """The call decided."""
+    approved: bool
+    """True: the call runs; False: the model reads a denial carrying ``reason``."""
+    reason: str | None = None
+    """The note of an approval, or why it was denied."""
+    by: str = ""
+    """Who decided (the deciding client's name; ``reactq:timeout`` for an expiry)."""
+
+
 Event = Annotated[
     QueuedEvent
     | StartedEvent
@@ -168,6 +196,8 @@ Event = Annotated[
     | ToolFailedEvent
     | UsageEvent
     | ErrorEvent
+    | ApprovalRequestedEvent
+    | ApprovalDecidedEvent
     | FinalEvent,
     Field(discriminator="type"),
 ]

@@ -58,6 +58,16 @@ class Keys:
         """Set (with a TTL) when a turn is asked to stop; holds the mode."""
         return self.cancel_prefix(session_id) + turn_id
 
+    def approvals(self, session_id: str) -> str:
+        """A hash: the session's parked turn, its waiting calls and their decisions
+        (``shared/protocol/approvals.py``)."""
+        return self._s(session_id, "approvals")
+
+    @property
+    def approvals_index(self) -> str:
+        """A set of the session ids that have a turn waiting for decisions."""
+        return f"{self.namespace}:approvals"
+
     def turn_index(self, turn_id: str) -> str:
         """turn_id -> session_id, so a turn can be found by its id alone."""
         return f"{self.namespace}:turn:{turn_id}"
@@ -86,3 +96,24 @@ class Keys:
     def queue(self, agent: str) -> str:
         """The Celery queue of an agent."""
         return f"{self.namespace}.{agent}"
+
+    @property
+    def celery_control(self) -> str:
+        """Celery's ``control_exchange``: remote control (``{ns}.pidbox``, the broadcasts
+        Flower's inspections use) stays among this namespace's workers."""
+        return self.namespace
+
+    @property
+    def celery_events(self) -> str:
+        """Celery's ``event_exchange`` (and ``event_queue_prefix``): the task and heartbeat
+        events Flower reads, per namespace, so a Flower sees its own pool only."""
+        return f"{self.namespace}.celeryev"
+
+    def celery_isolation(self) -> dict[str, str]:
+        """The Celery settings that keep a namespace's control and events to itself;
+        the workers' app and Flower's must both have them."""
+        return {
+            "control_exchange": self.celery_control,
+            "event_exchange": self.celery_events,
+            "event_queue_prefix": self.celery_events,
+        }

@@ -28,11 +28,13 @@ from typing import Any, TextIO
 from reactq.shared.settings import Settings
 
 __all__ = [
+    "QUIET_LOGGERS",
     "JsonFormatter",
     "RedactingFilter",
     "configure_logging",
     "log_context",
     "secrets_of",
+    "unmasked_urls",
     "uvicorn_log_config",
 ]
 
@@ -105,16 +107,41 @@ def secrets_of(settings: Settings | None, environ: dict[str, str] | None = None)
     return {s for s in found if len(s) >= 6}
 
 
-class RedactingFilter(logging.Filter):
-    """Replaces known secrets and credential-shaped text in a record, message and args."""
+def unmasked_urls(settings: Settings | None) -> dict[str, str]:
+    """kombu's rendering of each configured URL that has no credentials -> the URL.
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    kombu masks the password of a broker URL even when it has none
+    (``redis://:**@localhost:6379/0``, in Celery's "Connected to" line), which
+    reads as if a password were set: such lines get the URL as it is.
+    """
+    out: dict[str, str] = {}
+    if settings is None:
+        return out
+    for url in (settings.redis_url, settings.effective_broker_url):
+        _, sep, rest = url.partition("://")
+        netloc = rest.split("/", 1)[0]
+        if sep and netloc and "@" not in netloc:
+            # kombu adds the default port and path: match on the host (and port) alone.
+            out[f"://:**@{netloc}"] = f"://{netloc}"
+    return out
+
+
+class RedactingFilter(logging.Filter):
+    """Replaces known secrets and credential-shaped text in a record, message and args.
+
+    ``unmask`` maps text to what it should read (``unmasked_urls``), applied first.
+    """
+
+    def __init__(self, secrets: Iterable[str] = (), unmask: dict[str, str] | None = None) -> None:
         super().__init__()
         # Longest first, so a secret that contains another is replaced whole.
         self.secrets = sorted(set(secrets), key=len, reverse=True)
+        self.unmask = dict(unmask or {})
 
     def redact(self, text: str) -> str:
         """``text`` with every secret and credential-shaped value replaced."""
+        for masked, plain in self.unmask.items():
+            text = text.replace(masked, plain)
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
@@ -184,6 +211,18 @@ class _TextFormatter(logging.Formatter):
 
 _HANDLER_MARK = "_reactq_handler"
 
+# Libraries that log at INFO what reactq's own lines say better, or what a person
+# need not read on every turn; at DEBUG they speak again.
+QUIET_LOGGERS = (
+    "alembic",  # a line per migration step, on every start (the "ready" line names the db)
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "openai",  # a line per request to the model
+    "celery.worker.strategy",  # "Task received", with its whole payload
+    "celery.app.trace",  # "Task succeeded", with its payload (a failure is still an ERROR)
+)
+
 # Loggers that servers configure with handlers of their own (and propagate=False),
 # which would write past reactq's redaction and format.
 SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
@@ -221,7 +260,7 @@ def configure_logging(
     handler = logging.StreamHandler(stream or sys.stderr)
     setattr(handler, _HANDLER_MARK, True)
     handler.addFilter(ContextFilter())
-    handler.addFilter(RedactingFilter(secrets_of(settings)))
+    handler.addFilter(RedactingFilter(secrets_of(settings), unmasked_urls(settings)))
     handler.setFormatter(JsonFormatter() if fmt == "json" else _TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
@@ -229,6 +268,9 @@ def configure_logging(
         old.close()
     root.addHandler(handler)
     root.setLevel(level)
+    quiet = logging.WARNING if logging.getLevelName(level) != logging.DEBUG else logging.NOTSET
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)
     # A server that configured its loggers first (``uvicorn module:app`` does, before
     # importing the app) would keep writing past this handler.
     for name in SERVER_LOGGERS:

@@ -67,6 +67,8 @@ def forget_namespace(url: str, namespace: str) -> int:
             f"{namespace}*",
             f"_kombu.binding.{namespace}*",
             f"_kombu.binding_permanent.{namespace}*",
+            # The namespace's remote-control replies (Keys.celery_control).
+            f"_kombu.binding.reply.{namespace}*",
         )
         for pattern in patterns:
             keys = list(client.scan_iter(match=pattern, count=1000))

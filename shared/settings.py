@@ -11,8 +11,10 @@ inherits comes from ``process_env`` / ``child_env`` here.
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -20,7 +22,32 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from reactq.shared.errors import ConfigError
 
 # Settings whose env var holds a comma-separated list.
-_LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins"})
+_LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins", "download_allow_hosts"})
+
+# The environment ``from_env`` is reading, for defaults that depend on it (the data dir).
+_reading: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "reactq_settings_environ", default=None
+)
+
+DEFAULT_DATABASE_DOC = "sqlite+aiosqlite:///$XDG_DATA_HOME/reactq/state.db"
+"""How the docs spell the default state database (the real one names this user's folder)."""
+
+
+def data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """reactq's folder in the user's data directory: ``$XDG_DATA_HOME/reactq``, else
+    ``~/.local/share/reactq`` (the XDG Base Directory default). Not the current
+    directory: a worker and a command started in different folders share it."""
+    environ = os.environ if environ is None else environ
+    xdg = environ.get("XDG_DATA_HOME", "")
+    # The XDG spec: a relative path there is invalid and must be ignored.
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "reactq"
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "share" / "reactq"
+
+
+def _default_database_url() -> str:
+    return f"sqlite+aiosqlite:///{data_dir(_reading.get()) / 'state.db'}"
 
 
 class Settings(BaseModel):
@@ -36,9 +63,12 @@ class Settings(BaseModel):
     broker_url: str | None = Field(None, json_schema_extra={"env": "REACTQ_BROKER_URL"})
     """Celery broker; defaults to the Redis URL."""
     database_url: str = Field(
-        "sqlite+aiosqlite:///.reactq/state.db", json_schema_extra={"env": "REACTQ_DATABASE_URL"}
+        default_factory=_default_database_url,
+        json_schema_extra={"env": "REACTQ_DATABASE_URL", "doc_default": DEFAULT_DATABASE_DOC},
     )
-    """The shared state store (SQLAlchemy async URL)."""
+    """The shared state store (SQLAlchemy async URL). The default, SQLite in the user's data
+    directory (``~/.local/share/reactq/state.db`` without ``XDG_DATA_HOME``), is the same
+    from every directory."""
     audit: bool = Field(True, json_schema_extra={"env": "REACTQ_AUDIT"})
     """Record every event of every turn in the SQL state database's audit log."""
     agents: list[str] = Field(default_factory=list, json_schema_extra={"env": "REACTQ_AGENTS"})
@@ -71,6 +101,11 @@ class Settings(BaseModel):
         5.0, gt=0, json_schema_extra={"env": "REACTQ_REAPER_INTERVAL_SECONDS"}
     )
     """How often each worker looks for expired leases."""
+    heartbeat_seconds: float = Field(
+        15.0, gt=0, json_schema_extra={"env": "REACTQ_HEARTBEAT_SECONDS"}
+    )
+    """A live worker refreshes its entry in the worker registry within this interval (three
+    times per interval); ``reactq send`` warns when no worker hosting the agent has."""
     max_attempts: int = Field(3, ge=1, json_schema_extra={"env": "REACTQ_MAX_ATTEMPTS"})
     """Runs of one turn before it ends with status error."""
     shutdown_grace_seconds: float = Field(
@@ -146,11 +181,52 @@ class Settings(BaseModel):
         10.0, gt=0, json_schema_extra={"env": "REACTQ_REQUEST_TIMEOUT_SECONDS"}
     )
     """How long a gateway client may take to send a request's headers, then its body (408)."""
+    workspace_root: str = Field(
+        # Beside the default state database, for the same reason: the same from every directory.
+        default_factory=lambda: str(data_dir(_reading.get()) / "workspaces"),
+        min_length=1,
+        json_schema_extra={
+            "env": "REACTQ_WORKSPACE_ROOT",
+            "doc_default": "$XDG_DATA_HOME/reactq/workspaces",
+        },
+    )
+    """Directory of the file tools' workspaces (``reactq.bundles``), one per session, created on
+    first use; every worker must mount the same one."""
+    workspace_quota_bytes: int = Field(
+        100 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_WORKSPACE_QUOTA_BYTES"}
+    )
+    """Largest total size of one session's workspace; a change that would pass it is refused."""
+    download_max_bytes: int = Field(
+        50 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_DOWNLOAD_MAX_BYTES"}
+    )
+    """Largest file ``download_file`` fetches: refused by its Content-Length, else cut off."""
+    download_allow_hosts: list[str] = Field(
+        default_factory=list, json_schema_extra={"env": "REACTQ_DOWNLOAD_ALLOW_HOSTS"}
+    )
+    """Host names, addresses or networks (CIDR) ``download_file`` may reach though they are not
+    public (comma-separated; none by default; cloud metadata addresses stay refused)."""
+    approval_timeout_seconds: float = Field(
+        86400.0, gt=0, json_schema_extra={"env": "REACTQ_APPROVAL_TIMEOUT_SECONDS"}
+    )
+    """How long a tool call waits for a person's decision; then it counts as denied ("no
+    decision in time") and the turn goes on."""
 
     @property
     def effective_broker_url(self) -> str:
         """The broker URL, defaulting to the Redis URL."""
         return self.broker_url or self.redis_url
+
+    @property
+    def database_path(self) -> Path | None:
+        """The SQLite file of ``database_url`` (absolute: a relative one is resolved
+        against the current directory), or None for another database or an in-memory one."""
+        scheme, sep, rest = self.database_url.partition(":///")
+        if not sep or scheme.split("+")[0] != "sqlite":
+            return None
+        path = rest.split("?", 1)[0]
+        if path in ("", ":memory:") or path.startswith("file:"):
+            return None
+        return Path(path).absolute()
 
     @classmethod
     def env_names(cls) -> dict[str, str]:
@@ -205,6 +281,7 @@ class Settings(BaseModel):
             else:
                 values[name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
+        reading = _reading.set(environ)
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
@@ -213,6 +290,8 @@ class Settings(BaseModel):
                 f"{names.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors()
             )
             raise ConfigError(f"invalid settings: {problems}") from None
+        finally:
+            _reading.reset(reading)
 
 
 def _env_value(value: Any) -> str:

@@ -14,19 +14,31 @@ from pydantic import BaseModel, ConfigDict, Field
 from reactq.shared.errors import (
     EmptyMessageError,
     InvalidSessionIdError,
+    InvalidTurnError,
     MessageTooLargeError,
     SchemaVersionError,
 )
 
 TURN_SCHEMA_VERSION = 1
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# 1-128 of [A-Za-z0-9._:-], but not "." or "..": in a URL path those are dot segments,
+# which clients normalise away (/v1/sessions/./events becomes /v1/sessions/events, a
+# 404). Spelled without look-ahead so that one pattern also serves the gateway (Rust's
+# regex crate) and its OpenAPI document (ECMA-262), where ``$`` is the end of the text;
+# Python's ``$`` also matches before a final newline, so match with ``fullmatch``.
+SESSION_ID_RE = re.compile(
+    r"^(?:[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}"
+    r"|\.[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,126}"
+    r"|\.\.[A-Za-z0-9._:-]{1,126})$"
+)
 
 
 class TurnStatus(StrEnum):
-    """Where a turn is; the last six are final."""
+    """Where a turn is; all but the first three are final."""
 
     QUEUED = "queued"
     RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Parked: tool calls wait for a person's decision; no worker holds the turn."""
     COMPLETED = "completed"
     MAX_ITERATIONS = "max_iterations"
     ERROR = "error"
@@ -37,7 +49,7 @@ class TurnStatus(StrEnum):
     @property
     def is_final(self) -> bool:
         """True once the turn can no longer change."""
-        return self not in (TurnStatus.QUEUED, TurnStatus.RUNNING)
+        return self not in (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.AWAITING_APPROVAL)
 
 
 class MultitaskStrategy(StrEnum):
@@ -56,13 +68,31 @@ def new_turn_id() -> str:
 
 def validate_session_id(session_id: object) -> str:
     """Return the session id, or raise InvalidSessionIdError saying what is wrong."""
-    if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+    if not isinstance(session_id, str) or not SESSION_ID_RE.fullmatch(session_id):
         shown = repr(session_id)[:60]
         raise InvalidSessionIdError(
-            f"invalid session id {shown}: use 1-128 characters from [A-Za-z0-9._:-]",
+            f"invalid session id {shown}: use 1-128 characters from [A-Za-z0-9._:-] "
+            "(not '.' or '..')",
             session_id=str(session_id)[:128],
         )
     return session_id
+
+
+TURN_ID_RE = re.compile(r"t_[A-Za-z0-9_-]{1,126}", re.ASCII)
+"""A turn id, whole (match with ``fullmatch``): ``t_`` then 1-126 URL-safe ASCII
+characters, so at most 128 characters and never a ``|`` (the running slot's
+separator). The claim script checks the same rule (``protocol/running_slot.lua``,
+``valid_turn_id``)."""
+
+
+def validate_turn_id(turn_id: object) -> str:
+    """Return the turn id, or raise InvalidTurnError if it does not match TURN_ID_RE."""
+    if not isinstance(turn_id, str) or TURN_ID_RE.fullmatch(turn_id) is None:
+        raise InvalidTurnError(
+            f"invalid turn id {repr(turn_id)[:60]}: use t_ and 1-126 characters from [A-Za-z0-9_-]",
+            turn_id=str(turn_id)[:128],
+        )
+    return turn_id
 
 
 def validate_message(message: object, max_bytes: int) -> str:

@@ -27,6 +27,16 @@ from reactq.shared.redis_client import forget_namespace
 
 REQUIRE = os.environ.get("REACTQ_REQUIRE_SERVICES") == "1"
 
+# The default state database is in the user's data directory (shared/settings.py): the
+# suite, and every process it starts, gets a data directory of its own instead of the
+# developer's.
+DATA_HOME = tempfile.mkdtemp(prefix="reactq-test-data-")
+os.environ["XDG_DATA_HOME"] = DATA_HOME
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(DATA_HOME, ignore_errors=True)
+
 
 def unavailable(reason: str) -> None:
     """Skip (or fail, when services are required) with a reason that says how to fix it."""

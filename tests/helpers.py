@@ -18,6 +18,22 @@ import redis as redis_sync
 from reactq.worker.agent.llm.scripted_server import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
+REACTQ = str(Path(sys.executable).parent / "reactq")
+
+
+def run_cli(
+    env: Mapping[str, str], *args: str, cwd: Path = ROOT, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``reactq ARGS`` as a user runs it: the console script, in ``cwd``."""
+    return subprocess.run(
+        [REACTQ, *args], env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any reactq or OpenAI setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REACTQ_"))}
+    return {**env, **extra}
 
 
 def last_user_text(request: Mapping[str, Any]) -> str:
@@ -147,9 +163,11 @@ def running_pool(
     tmp: Path,
     handler: Callable[[Mapping[str, Any]], Reply],
     workers: int = 1,
+    **extra_env: str,
 ) -> Iterator[dict[str, str]]:
     """A scripted model and ``workers`` real workers on SQLite in ``tmp``; yields
-    the environment a producer (or the CLI) needs to reach them."""
+    the environment a producer (or the CLI) needs to reach them (``extra_env``
+    added, for both sides)."""
     from reactq.worker.agent.llm.scripted_server import ScriptedServer
 
     server = ScriptedServer(handler).start_in_thread()
@@ -159,6 +177,7 @@ def running_pool(
         "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "test-key",
+        **extra_env,
     }
     pool = WorkerPool(env, tmp)
     try:

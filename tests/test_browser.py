@@ -178,6 +178,17 @@ def test_send_watch_live_and_resume_after_drops(driver: Any, env: dict[str, str]
         statuses = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".turn .status")]
         assert statuses == ["completed", "completed"]
 
+        # The API key stays with the tab (sessionStorage), never on disk (localStorage);
+        # the page has an icon the gateway serves.
+        stored_key = "return [sessionStorage.getItem('reactq.apikey'), " \
+            "localStorage.getItem('reactq.apikey')]"  # fmt: skip
+        assert driver.execute_script(stored_key) == [KEY, None]
+        icon = driver.execute_script(
+            "const l = document.querySelector('link[rel=icon]'); "
+            "return l && fetch(l.href).then(r => [r.status, r.headers.get('content-type')])"
+        )
+        assert icon is not None and icon[0] == 200 and icon[1].startswith("image/svg+xml"), icon
+
         ARTIFACTS.mkdir(exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "gateway-page.png"))
     finally:

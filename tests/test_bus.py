@@ -20,6 +20,7 @@ from reactq.shared.bus import (
     parse_stream_id,
     stream_id_gt,
 )
+from reactq.shared.errors import InvalidStreamIdError
 from reactq.shared.events import DeltaEvent, Event, FinalEvent, StartedEvent
 from reactq.shared.keys import Keys
 from reactq.shared.turns import TurnStatus
@@ -94,7 +95,53 @@ def test_stream_ids_compare_as_numbers() -> None:
         parse_stream_id("abc")
 
 
+MAX = 2**64 - 1
+"""Redis's largest milliseconds or sequence number (each is a uint64)."""
+BAD_IDS = [
+    "\u0661\u0662",
+    "12-\u0663",
+    "\uff11\uff12",
+    str(MAX + 1),
+    f"0-{MAX + 1}",
+    "9" * 21,
+    "1\n",
+    "1-2\n",
+    " 1",
+    "1-",
+]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_stream_ids_are_ascii_digits_within_redis_range(bad: str) -> None:
+    # Before: `\d` took any Unicode digit and the numbers had no bound, so Redis was
+    # the first to refuse them (a ResponseError mid-stream).
+    with pytest.raises(InvalidStreamIdError, match="not a stream id"):
+        parse_stream_id(bad)
+
+
+def test_the_edges_of_the_range_are_ids() -> None:
+    assert parse_stream_id(f"{MAX}-{MAX}") == (MAX, MAX)
+    assert parse_stream_id(str(MAX)) == (MAX, 0)
+    assert parse_stream_id("0") == (0, 0)
+    assert parse_stream_id("00000000000000000007-01") == (7, 1)
+
+
 # --- both buses -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+async def test_both_buses_refuse_a_bad_after_before_any_read(bus: AnyBus, bad: str) -> None:
+    with pytest.raises(InvalidStreamIdError):
+        bus.subscribe(sid(), after=bad)
+    with pytest.raises(InvalidStreamIdError):
+        await bus.read(sid(), after=bad)
+
+
+async def test_nothing_comes_after_the_largest_id(bus: AnyBus) -> None:
+    s = sid()
+    await bus.publish(delta(s, "a"))
+    assert await bus.read(s, after=f"{MAX}-{MAX}") == []
+    assert await bus.read(s, after=str(MAX)) == []
 
 
 async def test_publish_returns_increasing_ids(bus: AnyBus) -> None:

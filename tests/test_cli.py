@@ -2,29 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
-from tests.helpers import ROOT, lookup_then_answer, running_pool
+from reactq.shared.keys import Keys
+from reactq.shared.protocol.registry import WorkerRegistry
+from tests.helpers import ROOT, running_pool, sleepy_lookup
 
 pytestmark = pytest.mark.e2e
 REACTQ = str(Path(sys.executable).parent / "reactq")
+# Short, so that a test can outwait it: workers beat three times per interval.
+HEARTBEAT = "0.6"
 
 
 @pytest.fixture(scope="module")
-def cli_env(
+def cli_pool(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
+) -> Iterator[tuple[dict[str, str], Path]]:
+    """The environment of one real worker (and the folder of its log)."""
     tmp = tmp_path_factory.mktemp("cli")
-    with running_pool(redis_url, f"{namespace}-cli", tmp, lookup_then_answer) as env:
-        yield {**os.environ, **env}
+    with running_pool(
+        redis_url, f"{namespace}-cli", tmp, sleepy_lookup, REACTQ_HEARTBEAT_SECONDS=HEARTBEAT
+    ) as env:
+        yield {**os.environ, **env}, tmp
+
+
+@pytest.fixture(scope="module")
+def cli_env(cli_pool: tuple[dict[str, str], Path]) -> dict[str, str]:
+    return cli_pool[0]
 
 
 def reactq(
@@ -112,3 +127,106 @@ def test_run_without_an_endpoint_uses_the_labelled_demo_model(tmp_path: Path) ->
     assert "offline demo model" in out.stderr
     assert 'action     get_weather(city="Paris")' in out.stdout
     assert "[offline demo model]" in out.stdout.splitlines()[-1]
+
+
+# --- issue 21: what a newcomer meets when something goes wrong ---------------------------
+
+
+def test_watch_history_and_branches_of_an_unknown_session_fail(cli_env: dict[str, str]) -> None:
+    ghost = f"ghost-{uuid.uuid4().hex[:8]}"
+    for command in (["watch", ghost], ["history", ghost], ["branches", ghost]):
+        out = reactq(cli_env, *command, timeout=30)
+        assert out.returncode == 2, (command, out)
+        assert f"no session '{ghost}'" in out.stderr and "[session_not_found]" in out.stderr
+    # A session that exists only as a stream (its first turn not yet stored) is watchable.
+    sid = f"cli-{uuid.uuid4().hex[:8]}"
+    sent = reactq(cli_env, "send", sid, "sleep=1 hello", "--agent", "e2e", "--no-follow")
+    assert sent.returncode == 0, sent.stderr
+    with subprocess.Popen(
+        [REACTQ, "watch", sid, "--from", "0"], env=cli_env, cwd=ROOT, stdout=subprocess.PIPE,
+        text=True,
+    ) as watch:  # fmt: skip
+        assert watch.stdout is not None
+        first = watch.stdout.readline()
+        watch.terminate()
+    assert "queued" in first
+
+
+def _register_gone_worker(env: dict[str, str], agent: str) -> None:
+    """What a stopped worker leaves behind: its agent known, no live worker for it."""
+
+    async def go() -> None:
+        client = Redis.from_url(env["REACTQ_REDIS_URL"])
+        try:
+            registry = WorkerRegistry(client, Keys(env["REACTQ_NAMESPACE"]))
+            await registry.register_agents([agent], "gone-worker")
+            await registry.forget_worker("gone-worker")
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def test_send_says_when_no_live_worker_hosts_the_agent(cli_env: dict[str, str]) -> None:
+    _register_gone_worker(cli_env, "lonely")
+    sid = f"cli-{uuid.uuid4().hex[:8]}"
+    out = reactq(cli_env, "send", sid, "anyone?", "--agent", "lonely", "--no-follow")
+    assert out.returncode == 0, out.stderr
+    assert "no worker hosting agent 'lonely' has been seen in the last 0.6 s" in out.stderr
+    assert "waits in the queue" in out.stderr
+    assert reactq(cli_env, "cancel", out.stdout.strip()).returncode == 0
+
+    # The live worker beats: long after it started, a turn for its agent gets no notice.
+    time.sleep(float(HEARTBEAT) * 2)
+    out = reactq(cli_env, "send", sid + "-live", "hello", "--agent", "e2e")
+    assert out.returncode == 0, out.stderr
+    assert "no worker" not in out.stderr
+
+
+def test_watch_tags_interleaved_turns_and_says_cancelled_once(cli_env: dict[str, str]) -> None:
+    sid = f"cli-{uuid.uuid4().hex[:8]}"
+    lines: list[str] = []
+    ids = []
+
+    def send(message: str) -> None:
+        out = reactq(cli_env, "send", sid, message, "--agent", "e2e", "--no-follow")
+        assert out.returncode == 0, out.stderr
+        ids.append(out.stdout.strip())
+
+    send("sleep=3 first")  # two model calls of 3 s: the others queue behind it
+    with subprocess.Popen(
+        [REACTQ, "watch", sid, "--from", "0"], env=cli_env, cwd=ROOT, stdout=subprocess.PIPE,
+        text=True,
+    ) as watch:  # fmt: skip
+        send("second")
+        send("third")
+        assert reactq(cli_env, "cancel", ids[1]).stdout.strip().endswith("cancelled")
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(ids[2][:8]) and " final " in line:
+                break
+        watch.terminate()
+    # Every line starts with its turn's tag, and the turns did interleave.
+    tags = [line.split(" ", 1)[0] for line in lines]
+    assert set(tags) == {i[:8] for i in ids}, lines
+    assert tags != sorted(tags, key=[i[:8] for i in ids].index), lines
+    cancelled = [line for line in lines if line.startswith(ids[1][:8]) and " final " in line]
+    assert len(cancelled) == 1, lines
+    assert cancelled[0].count("cancelled before it started") == 1
+    assert "cancelled: cancelled" not in cancelled[0]
+
+
+def test_the_worker_log_is_quiet_by_default(cli_pool: tuple[dict[str, str], Path]) -> None:
+    env, folder = cli_pool
+    out = reactq(env, "send", f"cli-{uuid.uuid4().hex[:8]}", "log me", "--agent", "e2e")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    time.sleep(0.5)  # the worker's last lines of that turn
+    log = (folder / "worker-0.log").read_text()
+    assert "ready: agents e2e on queues" in log and "state database" in log
+    assert "turn" in log and "finished" in log  # reactq's own lines stay
+    assert "alembic" not in log, log
+    assert "HTTP Request" not in log, log  # no line per model request
+    assert "[data=" not in log and "received" not in log, log  # no line per drain task
+    assert ":**@" not in log, log  # no mask where the URL has no password

@@ -8,17 +8,23 @@ script: the same commands and environments as local processes, and a turn.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis as redis_sync
 
 from reactq.cli import build_parser
 from reactq.shared.settings import Settings
+from scripts.compose_local import COMPOSE as COMPOSE_FILE
 from scripts.compose_local import environment_of, is_reactq, load_compose
 from scripts.compose_local import main as compose_local
 from tests.helpers import ROOT
@@ -159,3 +165,70 @@ def test_compose_local_runs_a_turn_through_the_composed_services(
         ]
     )
     assert code == 0, "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("*.log"))
+    # Everything stopped, and the namespace's keys are gone (issue 21, item 11).
+    assert _keys(redis_url, f"{namespace}-compose") == []
+
+
+def _keys(redis_url: str, namespace: str) -> list[str]:
+    client = redis_sync.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        return [str(k) for k in client.scan_iter(match=f"{namespace}*", count=1000)]
+    finally:
+        client.close()
+
+
+def _pg_names(admin_url: str, name: str) -> tuple[bool, bool]:
+    """(the role exists, the database exists)."""
+    import asyncpg
+
+    async def query() -> tuple[bool, bool]:
+        conn = await asyncpg.connect(admin_url, timeout=5)
+        try:
+            role = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", name)
+            db = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+            return bool(role), bool(db)
+        finally:
+            await conn.close()
+
+    return asyncio.run(query())
+
+
+@pytest.mark.e2e
+def test_compose_local_keeps_its_services_and_stop_removes_what_it_created(
+    redis_url: str, namespace: str, postgres_url: str, tmp_path: Path
+) -> None:
+    # The compose file with a role and database of this test's own, for the script to
+    # create (through the admin URL) and, at --stop, to drop.
+    name = f"rq_compose_{uuid.uuid4().hex[:8]}"
+    text = COMPOSE_FILE.read_text()
+    text = text.replace("POSTGRES_USER: reactq", f"POSTGRES_USER: {name}")
+    text = text.replace("POSTGRES_DB: reactq", f"POSTGRES_DB: {name}")
+    text = text.replace("://reactq:", f"://{name}:").replace(":5432/reactq", f":5432/{name}")
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text(text)
+    admin = postgres_url.replace("+asyncpg", "").rpartition("/")[0] + "/postgres"
+    ns = f"{namespace}-keep"
+    logs = tmp_path / "logs"
+    args = ["--file", str(compose), "--scale-worker", "1", "--pg-admin-url", admin,
+            "--env", f"REACTQ_REDIS_URL={redis_url}", "--env", f"REACTQ_NAMESPACE={ns}",
+            "--log-dir", str(logs)]  # fmt: skip
+    assert _pg_names(admin, name) == (False, False)
+    try:
+        code = compose_local([*args, "--keep"])
+        assert code == 0, "\n".join(p.read_text()[-2000:] for p in logs.glob("*.log"))
+        record = json.loads((logs / "compose-local.json").read_text())
+        pids = list(record["pids"].values())
+        assert len(pids) == 3, record  # the worker, the gateway and Flower (migrate is done)
+        for pid in pids:
+            os.kill(pid, 0)  # still running after the script returned
+        assert _pg_names(admin, name) == (True, True)
+        assert _keys(redis_url, ns), "the kept pool has no keys in its namespace"
+    finally:
+        stopped = compose_local(["--stop", "--log-dir", str(logs), "--pg-admin-url", admin])
+    assert stopped == 0
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert _pg_names(admin, name) == (False, False)
+    assert _keys(redis_url, ns) == []
+    assert not (logs / "compose-local.json").exists()

@@ -59,8 +59,25 @@ def _worker_name(redis_url: str, namespace: str) -> str:
     return str(names[0])
 
 
-async def test_flower_shows_the_worker_and_its_finished_drain_task(
+@pytest.fixture
+def neighbour(
     pool: tuple[dict[str, str], WorkerPool], redis_url: str, tmp_path: Path
+) -> Iterator[str]:
+    """A worker of another namespace on the same Redis; yields its name."""
+    env = {**pool[0], "REACTQ_NAMESPACE": pool[0]["REACTQ_NAMESPACE"] + "-other"}
+    folder = tmp_path / "other"
+    folder.mkdir()
+    workers = WorkerPool(env, folder, concurrency=2)
+    workers.start(1)
+    try:
+        workers.wait_ready(redis_url, env["REACTQ_NAMESPACE"], 1)
+        yield _worker_name(redis_url, env["REACTQ_NAMESPACE"])
+    finally:
+        workers.stop()
+
+
+async def test_flower_shows_the_worker_and_its_finished_drain_task(
+    pool: tuple[dict[str, str], WorkerPool], neighbour: str, redis_url: str, tmp_path: Path
 ) -> None:
     env, _ = pool
     name = _worker_name(redis_url, env["REACTQ_NAMESPACE"])
@@ -84,6 +101,17 @@ async def test_flower_shows_the_worker_and_its_finished_drain_task(
         while not await worker_listed():
             assert time.monotonic() < deadline, "Flower never listed the worker"
             await asyncio.sleep(0.2)
+        # Only this namespace's workers (issue 21, item 11): the other namespace's worker
+        # is up, answers its own namespace's broadcasts and sends its heartbeats (every
+        # 2 s) to its own event exchange, none of which reaches this Flower.
+        await asyncio.sleep(2.5)
+        workers = await asyncio.to_thread(
+            http_json, f"{base}/api/workers?refresh=1", auth=AUTH, timeout=10
+        )
+        assert name in workers and neighbour not in workers, sorted(workers)
+        listed = await asyncio.to_thread(http_json, f"{base}/dashboard?json=1", auth=AUTH)
+        names = [w.get("hostname") for w in (listed or {}).get("data", [])]
+        assert neighbour not in names, names
 
         # Flower learns of tasks from live events: submit until one is seen finished
         # (the first may run before Flower's event receiver is connected).

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 from typing import Any
 
 import pytest
 
+from reactq import Agent, LLMResponse, Settings, ToolCall, ToolError
+from reactq.shared.logs import configure_logging
+from reactq.testing import ScriptedLLM, run_turn
 from reactq.worker.agent import AgentLoop, LoopConfig, Registry, tool
 from reactq.worker.agent.interventions import (
     BeforeToolFallback,
@@ -214,3 +220,48 @@ async def test_old_tool_results_are_shrunk_head_and_tail_under_a_context_budget(
     assert (
         fit_context([{"role": "tool", "content": "short"}], 1, protect=0)[0]["content"] == "short"
     )
+
+
+async def test_a_failing_tool_is_logged_with_its_turn_and_traceback() -> None:
+    """Issue 21, item 3: the model reads the error; the worker's log gets the session, the
+    turn, the tool and the traceback, through reactq's handler (which redacts)."""
+    secret = "sk-live-Leaked1234567"
+
+    @tool
+    async def explode(key: str) -> str:
+        """Explode."""
+        raise RuntimeError(f"backend said no to {key} with api_key={secret}")
+
+    @tool
+    async def refuse(key: str) -> str:
+        """Refuse."""
+        raise ToolError("not today")
+
+    agent = Agent(name="boom", tools=[explode, refuse])
+    call = ToolCall(id="c1", name="explode", arguments='{"key": "k1"}')
+    signal = ToolCall(id="c2", name="refuse", arguments='{"key": "k2"}')
+    llm = ScriptedLLM([LLMResponse(tool_calls=[call, signal]), "done"])
+    root = logging.getLogger()
+    level, before = root.level, list(root.handlers)
+    buffer = io.StringIO()
+    handler = configure_logging(Settings.from_env({}), "INFO", fmt="json", stream=buffer)
+    try:
+        outcome = await run_turn(agent, "go", llm=llm, session_id="s-tools")
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(level)
+        assert [h for h in root.handlers if h not in before] == []
+    assert outcome.final.status == "completed"
+    lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
+    failures = {line["tool"]: line for line in lines if line["message"].startswith("tool ")}
+    assert set(failures) == {"explode", "refuse"}
+    boom = failures["explode"]
+    assert boom["level"] == "WARNING" and boom["logger"] == "reactq.agent"
+    assert boom["session_id"] == "s-tools" and boom["turn_id"] == outcome.final.turn_id
+    assert boom["code"] == "tool_error" and boom["attempt"] == 1
+    assert "Traceback" in boom["exc"] and "in explode" in boom["exc"]
+    assert "RuntimeError: backend said no to k1" in boom["exc"]
+    assert secret not in buffer.getvalue()  # redacted in the message and the traceback
+    refused = failures["refuse"]
+    assert refused["code"] == "tool_error" and "not today" in refused["message"]

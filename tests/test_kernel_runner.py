@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reactq.shared.bus import TurnEmitter
-from reactq.shared.errors import LLMServerError, StaleLeaseError
+from reactq.shared.errors import LLMServerError, StaleLeaseError, TurnCommittedError
 from reactq.shared.events import BaseEvent
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state import TRUNK, StateStore
@@ -171,6 +171,22 @@ async def test_a_lost_lease_raises_and_emits_no_final() -> None:
         await run(runner, bus, "t1", fence=3)
     assert "final" not in bus.types()
     assert await store.get_messages("s1") == [] and await store.get_turn("t1") is None
+
+
+async def test_a_turn_committed_already_raises_and_emits_no_final() -> None:
+    """The store keeps a turn's first commit only: a run that reaches a second commit
+    leaves the turn's final to whoever ends it from the committed record."""
+    store = MemoryStateStore()
+    await store.ensure_session("s1", "helper")
+    await store.commit_turn("s1", [user("first")], record("s1", "t1", final_text="first"))
+    bus = ListBus()
+    runner = AgentRunner(AGENT.build_loop(tool_then_answer()), store, "helper")
+    with pytest.raises(TurnCommittedError):
+        await run(runner, bus, "t1", fence=1)
+    assert "final" not in bus.types() and "error" not in bus.types()
+    assert await contents(store, "s1") == [(1, "first")]
+    stored = await store.get_turn("t1")
+    assert stored is not None and stored.final_text == "first"
 
 
 async def test_any_other_failure_ends_with_an_error_final() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from reactq.shared.logs import (
+    QUIET_LOGGERS,
     REDACTED,
     RedactingFilter,
     configure_logging,
@@ -120,6 +121,36 @@ def test_text_format_is_the_classic_line(tmp_path: Path) -> None:
         handler.close()
     line = buffer.getvalue().strip()
     assert " INFO reactq.test: hello [session_id=s-9]" in line
+
+
+def test_library_chatter_is_quiet_unless_debugging() -> None:
+    """Issue 21, item 8: no line per migration step, model request or drain task at INFO;
+    no password mask in a broker URL that has no password."""
+    root = logging.getLogger()
+    level, before = root.level, list(root.handlers)
+    settings = Settings.from_env({"REACTQ_REDIS_URL": "redis://localhost:6379/0"})
+    chatter = ("alembic.runtime.migration", "httpx", "httpx2", "openai", "celery.app.trace")
+    try:
+        for verbosity, expected in (("INFO", 0), ("DEBUG", len(chatter))):
+            buffer = io.StringIO()
+            handler = configure_logging(settings, verbosity, fmt="text", stream=buffer)
+            for name in chatter:
+                logging.getLogger(name).info("chatter from %s", name)
+            logging.getLogger("celery.worker.consumer.connection").info(
+                "Connected to %s", "redis://:**@localhost:6379//"
+            )
+            logging.getLogger("reactq.worker").info("turn finished")
+            lines = buffer.getvalue().splitlines()
+            assert len([line for line in lines if "chatter" in line]) == expected, lines
+            assert any(line.endswith("Connected to redis://localhost:6379//") for line in lines)
+            assert any("turn finished" in line for line in lines)
+            root.removeHandler(handler)
+            handler.close()
+    finally:
+        root.setLevel(level)
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        assert [h for h in root.handlers if h not in before] == []
 
 
 def test_uvicorn_loggers_go_through_reactqs_handler() -> None:

@@ -67,7 +67,17 @@ def _clone(dest: Path) -> Path:
 
 
 def _build(source: Path, outdir: Path, *kinds: str) -> None:
-    _run([sys.executable, "-m", "build", "--no-isolation", *kinds, "--outdir", outdir, source])
+    out = _run(
+        [sys.executable, "-m", "build", "--no-isolation", *kinds, "--outdir", outdir, source]
+    )
+    # pyproject.toml speaks current setuptools (an SPDX license expression, license-files):
+    # the build warns about nothing in it.
+    said = [
+        line
+        for line in (out.stdout + out.stderr).splitlines()
+        if "Warning" in line or "deprecat" in line.lower()
+    ]
+    assert said == [], "\n".join(said)
 
 
 @dataclass
@@ -237,6 +247,9 @@ def test_a_turn_runs_from_the_application_folder(app: Path) -> None:
     assert 'get_weather(city="Paris")' in out.stdout
     assert "completed" in out.stdout.splitlines()[-1]
 
+    # The default state lives in the user's data directory (the suite's own, see
+    # conftest), not beside the app; the demo keeps its sessions out of it.
+    state = Path(env["XDG_DATA_HOME"]) / "reactq" / "state.db"
+    assert state.exists() and not (app / ".reactq" / "state.db").exists()
     demo = _run([reactq, "demo", "--in-process", "--sessions", "1"], cwd=app, env=env)
     assert "completed" in demo.stdout
-    assert (app / ".reactq" / "state.db").exists()  # the default state, beside the app

@@ -4,6 +4,7 @@ processes -> the scripted model over HTTP -> events on Redis -> SQL state."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -11,9 +12,10 @@ import pytest
 from reactq.producer import Producer
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.settings import Settings
+from reactq.shared.turns import TurnRequest
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.conftest import delete_amqp_queues
-from tests.helpers import WorkerPool, lookup_then_answer
+from tests.helpers import WorkerPool, lookup_then_answer, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -163,3 +165,43 @@ async def test_malformed_payloads_are_reported_and_the_queue_goes_on(producer: P
     assert "malformed" in bad[-1].text
     assert await producer.redis.llen(pending) == 0
     assert [m.content for m in await producer.history(sid) if m.role == "user"] == ["still works"]
+
+
+async def test_what_wedged_a_session_is_dropped_and_the_session_goes_on(
+    producer: Producer,
+) -> None:
+    """Issue 12, items 2-4, on real workers: a turn id with a ``|``, bytes that are
+    not UTF-8, and one turn pushed twice, ahead of a submitted turn."""
+    import uuid
+
+    sid = f"wedge-{uuid.uuid4().hex[:8]}"
+    pending = producer.keys.pending(sid)
+    piped = {"v": 1, "turn_id": "t_mal|pipe", "session_id": sid, "agent": "e2e", "message": "x"}
+    twice = TurnRequest(session_id=sid, agent="e2e", message="pushed twice")
+    await producer.redis.rpush(
+        pending,
+        twice.model_dump_json(),
+        json.dumps(piped),
+        b"\xff\xfe not UTF-8 \xc3",
+        twice.model_dump_json(),
+    )
+    await producer.dispatcher.drain(sid, "e2e")
+    handle = await producer.submit(sid, "after them", agent="e2e")
+    final = await handle.result(timeout=60)
+    assert (final.status, final.text) == ("completed", "answer to: after them")
+
+    events = await producer.bus.read(sid, after="0")
+    mine = [e for e in events if e.turn_id == twice.turn_id]
+    assert [e.type for e in mine if e.type in ("started", "final")] == ["started", "final"]
+    assert [e for e in events if e.turn_id == "t_mal|pipe"] == []
+    assert [m.content for m in await producer.history(sid) if m.role == "user"] == [
+        "pushed twice",
+        "after them",
+    ]
+    assert await producer.redis.llen(pending) == 0
+
+    async def at_rest() -> bool:
+        keys = producer.keys
+        return not await producer.redis.exists(keys.running(sid), keys.lease(sid))
+
+    await wait_until(at_rest, 10, "the session to come to rest")

@@ -5,6 +5,7 @@ Lua lives (every script a .lua file; one writer of the deadline set)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from redis.asyncio import Redis
 
 import reactq
 from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.errors import InvalidTurnError
 from reactq.shared.events import FinalEvent
 from reactq.shared.keys import Keys
 from reactq.shared.protocol import endings
@@ -27,7 +29,14 @@ from reactq.shared.protocol.outcomes import CancelOutcome, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import MemoryStateStore
-from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
+from reactq.shared.turns import (
+    TURN_ID_RE,
+    MultitaskStrategy,
+    TurnRequest,
+    TurnStatus,
+    new_turn_id,
+    validate_turn_id,
+)
 
 PACKAGE = Path(reactq.__file__).parent
 
@@ -194,3 +203,97 @@ def test_the_deadline_set_has_one_writer() -> None:
         if "'ZADD'" in path.read_text() or "'ZREM'" in path.read_text()
     )
     assert writers == ["deadlines.lua"]
+
+
+TURN_IDS = [
+    "t_1",
+    "t_a-B_9",
+    "t_" + "x" * 126,
+    "t_" + "x" * 127,
+    "t_",
+    "t_mal|pipe",
+    "t_caf\u00e9",
+    "t_new\nline",
+    "t_ends\n",
+    "t_dot.ted",
+    "t_sp ace",
+    "T_upper",
+    "x_1",
+    "",
+]
+
+
+def test_new_turn_ids_are_valid_and_the_rule_is_strict() -> None:
+    made = {new_turn_id() for _ in range(100)}
+    assert len(made) == 100
+    assert all(TURN_ID_RE.fullmatch(t) and validate_turn_id(t) == t for t in made)
+    valid = [t for t in TURN_IDS if TURN_ID_RE.fullmatch(t)]
+    assert valid == ["t_1", "t_a-B_9", "t_" + "x" * 126]
+    for bad in [t for t in TURN_IDS if t not in valid] + [None, 42, b"t_1"]:
+        with pytest.raises(InvalidTurnError):
+            validate_turn_id(bad)
+
+
+async def test_the_claim_script_reads_turn_ids_as_turn_id_re_does(
+    queue: SessionQueue, redis: Redis
+) -> None:
+    """The running slot holds a turn id the claim script found valid (or ''): the same
+    rule as TURN_ID_RE, so finish always finds the turn it clears."""
+    s = sid()
+    for turn_id in TURN_IDS:
+        item = {"v": 1, "turn_id": turn_id, "session_id": s, "agent": "alpha", "message": "m"}
+        await redis.rpush(queue.keys.pending(s), json.dumps(item))
+        claimed = await queue.claim_next(s)
+        assert claimed is not None and claimed.attempt == 1 and not claimed.already_ran
+        expected = turn_id if TURN_ID_RE.fullmatch(turn_id) else ""
+        assert claimed.turn_id == expected, turn_id
+        if expected:
+            assert claimed.parse().turn_id == turn_id
+        else:
+            with pytest.raises(InvalidTurnError):
+                claimed.parse()
+        await queue.finish(s, claimed.turn_id, TurnStatus.ERROR)
+        assert await redis.get(queue.keys.running(s)) is None, turn_id
+
+
+async def test_claims_of_what_cannot_be_a_turn(queue: SessionQueue, redis: Redis) -> None:
+    s = sid()
+    pending = queue.keys.pending(s)
+    await redis.rpush(pending, b"\xff\xfe{not utf-8")
+    claimed = await queue.claim_next(s)
+    assert claimed is not None and (claimed.turn_id, claimed.readable) == ("", False)
+    assert "\ufffd" in claimed.payload
+    with pytest.raises(InvalidTurnError, match="UTF-8"):
+        claimed.parse()
+    await queue.finish(s, claimed.turn_id, TurnStatus.ERROR)
+
+    # A turn id runs once: a copy of it behind it, or pushed after it ran, is dropped
+    # from pending by the claim and never enters the running slot.
+    once = turn(s)
+    await queue.submit(once)
+    await redis.rpush(pending, once.model_dump_json())
+    first = await queue.claim_next(s)
+    assert first is not None and (first.turn_id, first.attempt) == (once.turn_id, 1)
+    await queue.finish(s, once.turn_id, TurnStatus.COMPLETED)
+    copy = await queue.claim_next(s)
+    assert copy is not None and (copy.turn_id, copy.already_ran) == (once.turn_id, "completed")
+    assert await redis.get(queue.keys.running(s)) is None
+    assert await queue.claim_next(s) is None
+    assert await queue.turn_status(once.turn_id) == (s, TurnStatus.COMPLETED)
+
+    # A cancelled turn's copy does not run either.
+    cancelled = turn(s)
+    await queue.submit(cancelled)
+    await redis.rpush(pending, cancelled.model_dump_json())
+    assert (await queue.cancel(s, cancelled.turn_id)).outcome is CancelOutcome.CANCELLED
+    copy = await queue.claim_next(s)
+    assert copy is not None and copy.already_ran == "cancelled"
+    assert await queue.claim_next(s) is None
+
+
+async def test_submit_refuses_an_invalid_turn_id(queue: SessionQueue, redis: Redis) -> None:
+    s = sid()
+    bad = turn(s).model_copy(update={"turn_id": "t_mal|pipe"})
+    with pytest.raises(InvalidTurnError, match="turn id"):
+        await queue.submit(bad)
+    assert await redis.llen(queue.keys.pending(s)) == 0

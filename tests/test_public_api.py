@@ -38,6 +38,7 @@ PUBLIC = [
     "Agent",
     "LoopConfig",
     "ToolMode",
+    "ApprovalPolicy",
     "load_agents",
     # tools
     "Registry",
@@ -70,7 +71,9 @@ PUBLIC = [
     "RunResult",
     # producing turns, reading events
     "CancelResult",
+    "DecideOutcome",
     "MultitaskStrategy",
+    "PendingApproval",
     "Producer",
     "SyncProducer",
     "SyncTurnHandle",
@@ -93,6 +96,8 @@ PUBLIC = [
     "ToolFailedEvent",
     "UsageEvent",
     "ErrorEvent",
+    "ApprovalRequestedEvent",
+    "ApprovalDecidedEvent",
     "FinalEvent",
     "parse_event",
     "ChatMessage",
@@ -102,15 +107,24 @@ PUBLIC = [
     "ConfigError",
     "AgentConfigError",
     "SchemaVersionError",
+    "ServiceUnavailableError",
     "InvalidTurnError",
     "InvalidSessionIdError",
+    "InvalidStreamIdError",
     "EmptyMessageError",
     "MessageTooLargeError",
+    "InvalidMessageError",
+    "InvalidMetadataError",
     "UnknownAgentError",
     "AgentMismatchError",
     "TurnRejectedError",
     "StaleLeaseError",
+    "TurnCommittedError",
     "SessionNotFoundError",
+    "ApprovalError",
+    "ApprovalNotFoundError",
+    "ApprovalClosedError",
+    "DecisionConflictError",
     "BranchError",
     "BranchNotFoundError",
     "LLMError",
@@ -353,7 +367,7 @@ async def test_the_documented_snippets_run() -> None:
     """README's agent and its test, and docs/api.md's example, as a user copies them."""
     readme = _python_blocks("README.md")
     agent_block = next(b for b in readme if "agent = Agent(" in b)
-    test_block = next(b for b in readme if "reactq.testing" in b)
+    test_block = next(b for b in readme if "def test_weather" in b)
     namespace: dict[str, Any] = {}
     exec(agent_block, namespace)
     exec(test_block, namespace)
@@ -363,3 +377,24 @@ async def test_the_documented_snippets_run() -> None:
     for block in _python_blocks("docs/api.md"):
         exec(block, namespace)
     await namespace["test_weather_agent"]()
+
+
+def test_the_readme_scripts_your_own_tool_call() -> None:
+    """Issue 21, item 4: "Write an agent" says what the offline model can do and shows, as
+    a script a user runs, the scripted model calling the user's own tool."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Write an agent", 1)[1].split("\n## ", 1)[0]
+    assert "offline demo model" in section and "get_weather" in section
+    assert "echo" in section
+    script = next(
+        b for b in _python_blocks("README.md") if "asyncio.run(" in b and "ScriptedLLM" in b
+    )
+    assert script in section
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("action") and "lookup_order" in line for line in lines), lines
+    assert any(line.startswith("observation") and "shipped" in line for line in lines), lines
+    assert lines[-1] == "final: Order A-17 has shipped."

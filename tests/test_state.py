@@ -18,6 +18,7 @@ from reactq.shared.errors import (
     SchemaVersionError,
     SessionNotFoundError,
     StaleLeaseError,
+    TurnCommittedError,
 )
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state import (
@@ -132,10 +133,42 @@ async def test_commit_turn_writes_messages_and_record(store: StateStore) -> None
         "hi there",
     )
     assert stored.created_at > 0
-    # The record is upserted: a later commit of the same turn replaces its outcome.
-    await store.commit_turn(s, [], record(s, t, status=TurnStatus.ERROR, error="llm_error"))
+
+
+async def test_a_turn_is_committed_at_most_once(store: StateStore) -> None:
+    """A second commit of a turn, by any holder (the same token, a newer one, none),
+    is refused and writes nothing: its messages stay stored once, its record and
+    the fence as the first commit left them."""
+    s, t = sid(), f"t_{uuid.uuid4().hex}"
+    await store.ensure_session(s, "a")
+    await store.claim(s, 3)
+    first = [user("q"), ChatMessage(role="assistant", content="kept")]
+    await store.commit_turn(s, first, record(s, t, final_text="kept"), fence=3)
+    for fence in (3, 4, None):
+        with pytest.raises(TurnCommittedError) as info:
+            await store.commit_turn(
+                s,
+                [user("q"), ChatMessage(role="assistant", content="again")],
+                record(s, t, attempt=2, status=TurnStatus.ERROR, final_text="again"),
+                fence=fence,
+            )
+        assert info.value.details == {"session_id": s, "turn_id": t}
+    with pytest.raises(TurnCommittedError):
+        await store.commit_turn(s, [], record(s, t, status=TurnStatus.ERROR), fence=3)
+    assert await contents(store, s) == [(1, "q"), (2, "kept")]
     stored = await store.get_turn(t)
-    assert stored is not None and (stored.status, stored.error) == (TurnStatus.ERROR, "llm_error")
+    assert stored is not None
+    assert (stored.status, stored.attempt, stored.final_text) == (TurnStatus.COMPLETED, 1, "kept")
+    info_after = await store.get_session(s)
+    assert info_after is not None and info_after.fence == 3
+    # Another session cannot take the turn id over either.
+    other = sid()
+    await store.ensure_session(other, "a")
+    with pytest.raises(TurnCommittedError):
+        await store.commit_turn(other, [user("elsewhere")], record(other, t))
+    assert await store.get_messages(other) == []
+    found = await store.get_turn(t)
+    assert found is not None and found.session_id == s
 
 
 async def test_commit_turn_refuses_a_record_of_another_session(store: StateStore) -> None:

@@ -102,7 +102,7 @@ async def test_cli_branch_commands(
     fresh = {**env, "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/fresh.db"}
     upgraded = reactq(fresh, "db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "revision 0002" in upgraded.stdout
+    assert "revision 0003" in upgraded.stdout
     s = sid()
     await seed(database_url, s)
     history = reactq(env, "history", s)

@@ -24,6 +24,7 @@ from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.redis_client import connect
+from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, open_store
 from reactq.worker.agent.llm import LLMClient
@@ -90,6 +91,8 @@ class Bridge:
             dispatch_grace_seconds=s.lease_ttl_seconds,
         )
         registry = self.registry = WorkerRegistry(self.redis, keys)
+        path = s.database_path
+        created = path is not None and not path.exists()
         self.store = await open_store(s.database_url, namespace=s.namespace)
         # The audit log lives in the state database: a SQL store brings it along.
         sink = self.audit = audit_sink_for(self.store) if s.audit else None
@@ -129,8 +132,34 @@ class Bridge:
             asyncio.ensure_future(
                 reap_forever(self.drainer, s.reaper_interval_seconds, s.lease_ttl_seconds)
             ),
+            asyncio.ensure_future(self._heartbeat(registry, s.heartbeat_seconds / 3)),
         ]
-        log.info("worker %s ready: agents %s", self.worker_name, ", ".join(sorted(self.agents)))
+        # Everything a newcomer needs to check the worker is the one they meant: what it
+        # serves, and where (Celery's own banner is off: see tasks.run_worker).
+        state = str(path) if path is not None else redact_url(s.database_url)
+        log.info(
+            "worker %s ready: agents %s on queues %s, concurrency %d, broker %s, "
+            "state database %s%s",
+            self.worker_name,
+            ", ".join(sorted(self.agents)),
+            ", ".join(keys.queue(a) for a in sorted(self.agents)),
+            s.concurrency,
+            redact_url(s.effective_broker_url),
+            state,
+            " (created)" if created else "",
+        )
+
+    async def _heartbeat(self, registry: WorkerRegistry, every: float) -> None:
+        """Re-announce this worker and its agents every ``every`` seconds: the registry's
+        timestamps are how a producer tells a live pool from one that is gone
+        (``reactq send`` warns when no worker hosting the agent beat recently)."""
+        agents = sorted(self.agents)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await registry.register_agents(agents, self.worker_name)
+            except Exception as exc:  # Redis away for a moment: the next beat will do
+                log.warning("worker heartbeat failed (%s: %s)", type(exc).__name__, exc)
 
     def _observer(self) -> Observer:
         """Metrics (when REACTQ_METRICS_PORT is set) and spans (when REACTQ_TRACING is)."""

@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.logs import configure_logging
+from reactq.shared.services import probe_broker, probe_redis
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import configure_tracing, instrument_publishing
 from reactq.worker.agent.llm.scripted_server import ScriptedServer, demo_model
@@ -68,6 +69,10 @@ def host_agents(specs: list[str], concurrency: int | None, loglevel: str | None)
         configure_tracing("reactq-worker", settings)
         instrument_publishing()  # re-dispatched drains carry the trace on
     agents = loaded_agents(settings, specs)
+    # A wrong URL fails here, in one line, rather than in Celery's retry loop.
+    probe_redis(settings)
+    if settings.effective_broker_url != settings.redis_url:
+        probe_broker(settings)
     with model_endpoint(settings, agents) as settings:
         run_worker(
             settings, agents, concurrency=concurrency, loglevel=loglevel or settings.log_level

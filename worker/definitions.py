@@ -88,7 +88,7 @@ class Agent:
         loop: LoopConfig | None = None,
         **knobs: Any,
     ) -> None:
-        if not isinstance(name, str) or not AGENT_NAME_RE.match(name):
+        if not isinstance(name, str) or not AGENT_NAME_RE.fullmatch(name):
             raise AgentConfigError(
                 f"agent name {name!r} is invalid: use 1-64 characters from [A-Za-z0-9_-]"
             )

@@ -1,6 +1,6 @@
 """The drain: run a session's pending turns one at a time under its lease.
 
-The worker's side of docs/architecture.md, "Session protocol", steps 2-5, built
+The worker's side of docs/architecture.md, "Session protocol", steps 2-8, built
 on the operations of ``reactq.shared.protocol``. ``drain`` takes the session
 lease (or returns: the holder drains), moves turns one by one into the running
 slot, runs each while renewing the lease, commits it fenced by the lease's
@@ -24,9 +24,20 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from reactq.shared.bus import E, EventBus, TurnEmitter
-from reactq.shared.errors import EvictedError, LeaseLostError, StaleLeaseError
-from reactq.shared.events import FinalEvent, StartedEvent
+from reactq.shared.errors import (
+    EvictedError,
+    LeaseLostError,
+    StaleLeaseError,
+    TurnCommittedError,
+)
+from reactq.shared.events import (
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
+    FinalEvent,
+    StartedEvent,
+)
 from reactq.shared.protocol import endings
+from reactq.shared.protocol.approvals import Approvals, Decision, WaitingCall
 from reactq.shared.protocol.control import CancelMode
 from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.endings import Failure
@@ -35,7 +46,8 @@ from reactq.shared.protocol.outcomes import ClaimedTurn
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore
-from reactq.shared.turns import TurnRequest, TurnStatus, validate_session_id
+from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
+from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.runner import AgentRunner
 
 log = logging.getLogger("reactq.worker")
@@ -92,6 +104,7 @@ class Drainer:
         redispatch: Dispatch | None = None,
     ) -> None:
         self.queue = queue
+        self.approvals = Approvals(queue.redis, queue.keys, queue.meta_ttl)
         self.lease = lease
         self.deadlines = deadlines
         self.bus = bus
@@ -154,6 +167,7 @@ class Drainer:
                 return ran
             log.debug("session %s: lease taken (token %d)", sid, token)
             interrupted = False
+            failure: Exception | None = None
             try:
                 ran += await self._holding_lease(sid, token, self._drain_held(sid, token))
             except (StaleLeaseError, LeaseLostError) as exc:
@@ -161,10 +175,19 @@ class Drainer:
                 interrupted = True
             except EvictedError:
                 interrupted = True
+            except Exception as exc:
+                failure = exc
             finally:
                 self._fenced.pop(sid, None)
                 with contextlib.suppress(RedisError):
                     await self.lease.release(sid, token)
+            if failure is not None:
+                # The release dropped the session's deadline: put it back (due after
+                # a lease TTL) so the reaper retries a session that still has turns.
+                with contextlib.suppress(RedisError):
+                    if await self.queue.has_work(sid):
+                        await self.deadlines.watch(sid, self.settings.lease_ttl_seconds)
+                raise failure
             # Release-then-recheck: a turn pushed while we released would
             # otherwise wait for a drain that already returned "busy".
             if not await self.queue.has_work(sid):
@@ -186,6 +209,17 @@ class Drainer:
             claimed = await self.queue.claim_next(sid)
             if claimed is None:
                 break
+            if claimed.already_ran:
+                # A turn id runs once: the claim took this copy off pending and left
+                # the turn (and its one final) as they are.
+                log.error(
+                    "session %s: turn %s was pending again after it ran (status %s); "
+                    "dropped the copy",
+                    sid,
+                    claimed.turn_id,
+                    claimed.already_ran,
+                )
+                continue
             await self._run_claimed(sid, claimed, token)
             ran += 1
         return ran
@@ -209,6 +243,12 @@ class Drainer:
             # new holder and must get no second final from us.
             if not await self._still_holds(sid, token):
                 raise LeaseLostError(f"lost the lease of {sid} ({exc!r})", session_id=sid) from exc
+            if isinstance(exc, TurnCommittedError) and await self._already_committed(
+                sid, turn.turn_id, emitter
+            ):
+                # The store had the turn already: it ended with what was committed.
+                log.warning("session %s: turn %s was committed already", sid, turn.turn_id)
+                return
             # Otherwise end the turn visibly rather than leave it stuck in running.
             log.exception("session %s: turn %s failed in the worker", sid, turn.turn_id)
             with contextlib.suppress(Exception):
@@ -223,8 +263,14 @@ class Drainer:
             await self._fail(emitter, Failure.INVALID_TURN, "the turn names another session")
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
-        if claimed.attempt > 1 and await self._already_committed(sid, turn.turn_id, emitter):
-            return
+        if claimed.attempt > 1:
+            # Fence, then look. Once the store holds this lease's token, the previous
+            # holder's commit has either landed (and is seen below) or will be
+            # refused as stale; looked at first, it could land in between and the
+            # turn would run and be stored again.
+            await self._fence(sid, turn.agent, token)
+            if await self._already_committed(sid, turn.turn_id, emitter):
+                return
         if claimed.lost >= self.settings.max_attempts:
             text = f"the turn was lost with its worker {claimed.lost} times; giving up"
             await self.store.ensure_session(sid, turn.agent)
@@ -237,19 +283,35 @@ class Drainer:
             await self._fail(emitter, Failure.UNKNOWN_AGENT, text)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
-        if self._fenced.get(sid) != token:
-            # The fence is recorded on the session row, so the row must exist
-            # first; once per lease is enough: the token is the same for every
-            # turn this drain runs.
-            await self.store.ensure_session(sid, turn.agent)
-            await self.store.claim(sid, token)
-            self._fenced[sid] = token
+        await self._fence(sid, turn.agent, token)
         entry = _Running(sid)
         mode = await self.queue.cancel_mode(sid, turn.turn_id)
         if mode is not None:
             entry.mode = mode
             entry.cancel.set()
-        await emitter.emit(StartedEvent, worker=self.worker_name)
+        # A turn run before (a lost worker) goes on from its last checkpointed step.
+        checkpoint = (
+            await self.store.get_checkpoint(sid, turn.turn_id) if claimed.attempt > 1 else None
+        )
+        await emitter.emit(
+            StartedEvent,
+            worker=self.worker_name,
+            resumed_from_step=checkpoint.step if checkpoint is not None else None,
+        )
+        # The pool can wait for people: decisions on the calls a parked turn waited for.
+        decisions: dict[str, Decision] = {}
+        if claimed.parked:
+            decisions = await self.approvals.decisions(sid, turn.turn_id)
+            for call_id in claimed.expired_calls:
+                expired = decisions.get(call_id)
+                if expired is not None:
+                    await emitter.emit(
+                        ApprovalDecidedEvent,
+                        call_id=call_id,
+                        approved=False,
+                        reason=expired.reason,
+                        by=expired.by,
+                    )
         fields = {"turn_id": turn.turn_id, "attempt": claimed.attempt, "agent": turn.agent}
         log.info(
             "turn %s started: session %s attempt %d",
@@ -270,8 +332,13 @@ class Drainer:
                 fence=token,
                 cancel=entry.cancel,
                 keep_partial=lambda: entry.mode is CancelMode.INTERRUPT,
+                checkpoint=checkpoint,
+                decisions=decisions,
             )
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
+        except AwaitingApproval as waiting:
+            await self._park(sid, turn.turn_id, emitter, waiting)
+            return
         finally:
             self.running.pop(turn.turn_id, None)
             self._current.pop(sid, None)
@@ -286,6 +353,38 @@ class Drainer:
             claimed.attempt,
             extra={**fields, "status": str(final.status), "duration_s": round(duration, 3)},
         )
+
+    async def _park(
+        self, sid: str, turn_id: str, emitter: TurnEmitter, waiting: AwaitingApproval
+    ) -> None:
+        """The turn waits for people: park it (its step is checkpointed), announce the
+        waiting calls, and let the drain go on: it finds the session held and releases
+        the lease, so no worker holds anything while a person thinks."""
+        calls = [WaitingCall(c.id, c.name, _arguments(c.arguments)) for c in waiting.calls]
+        expires = await self.approvals.park(
+            sid, turn_id, calls, self.settings.approval_timeout_seconds
+        )
+        if expires is None:  # the slot holds another turn: the lease was lost meanwhile
+            raise LeaseLostError(f"turn {turn_id} left the running slot", session_id=sid)
+        await emitter.emit(
+            ApprovalRequestedEvent, calls=[c.as_dict() for c in calls], expires_at=expires
+        )
+        log.info(
+            "turn %s awaits approval of %s (session %s)",
+            turn_id,
+            ", ".join(f"{c.tool}/{c.call_id}" for c in calls),
+            sid,
+            extra={"turn_id": turn_id, "status": str(TurnStatus.AWAITING_APPROVAL)},
+        )
+
+    async def _fence(self, sid: str, agent: str, token: int) -> None:
+        """Record this lease's token in the store (``claim``), once per lease: the
+        token is the same for every turn this drain runs. The fence is kept on the
+        session row, so the row must exist first."""
+        if self._fenced.get(sid) != token:
+            await self.store.ensure_session(sid, agent)
+            await self.store.claim(sid, token)
+            self._fenced[sid] = token
 
     async def _holding_lease(self, sid: str, token: int, work: Awaitable[int]) -> int:
         """Run ``work`` (everything done under the lease, store waits included)
@@ -373,11 +472,14 @@ class Drainer:
         self, emitter: TurnEmitter, failure: Failure, message: str, commit_fence: int | None = None
     ) -> None:
         log.error("turn %s failed: %s: %s", emitter.turn_id, failure, message)
+        with contextlib.suppress(Exception):  # steps of a turn that ended never commit
+            await self.store.discard_checkpoint(emitter.session_id, emitter.turn_id)
         store = self.store if commit_fence is not None else None
         await endings.failed(emitter, failure, message, store=store, fence=commit_fence)
 
     async def _reject_malformed(self, sid: str, claimed: ClaimedTurn, exc: Exception) -> None:
-        """A payload we cannot parse: report it on its turn if it has an id, go on."""
+        """A payload that cannot be a turn: log it, end its turn if it names a valid
+        turn id, take it out of the running slot and go on."""
         log.error("session %s: malformed turn payload (%s): %.200r", sid, exc, claimed.payload)
         turn_id = claimed.turn_id or _guess_turn_id(claimed.payload)
         if turn_id:
@@ -387,9 +489,18 @@ class Drainer:
         await self.queue.finish(sid, claimed.turn_id, TurnStatus.ERROR)
 
 
+def _arguments(raw: str) -> Any:
+    """A call's arguments as JSON data, or the raw text when they are not JSON."""
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return raw
+
+
 def _guess_turn_id(payload: str) -> str:
+    """The payload's turn id if it is a valid one (an event may carry it), else ''."""
     with contextlib.suppress(Exception):
         value = json.loads(payload).get("turn_id")
-        if isinstance(value, str):
+        if isinstance(value, str) and TURN_ID_RE.fullmatch(value):
             return value
     return ""

@@ -98,6 +98,8 @@ def run_worker(
     name = hostname or f"reactq-{os.getpid()}@{socket.gethostname()}"
     keys = Keys(settings.namespace)
     app = celery_app(settings, consumer=True)
+    # Remote control and events per namespace: `reactq flower` shows this pool alone.
+    app.conf.update(keys.celery_isolation())
     bind_tasks(app)
     _bridge = Bridge(settings, agents, name)
     _bridge.start()
@@ -114,6 +116,9 @@ def run_worker(
     try:
         app.worker_main(
             [
+                # No banner: the bridge's "ready" line says what it did (without the
+                # ":**@" kombu puts in a URL that has no password).
+                "--quiet",
                 "worker",
                 "--pool=threads",
                 f"--concurrency={concurrency}",

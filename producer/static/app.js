@@ -9,10 +9,15 @@ const state = { session: null, lastId: null, controller: null, retryTimer: null,
 // For tests and the curious: every event id received, in order, and a way to drop the stream.
 window.reactqDebug = { ids: [], connects: 0, drop: () => state.controller && state.controller.abort("drop") };
 
-for (const name of ["session", "agent", "apikey"]) {
-  const saved = localStorage.getItem("reactq." + name);
+// The session and agent are remembered across visits. The API key only for this tab:
+// sessionStorage ends with it, where localStorage would keep the key on disk, readable
+// by any script of this origin long after. (A key an older page left there goes.)
+const stores = { session: localStorage, agent: localStorage, apikey: sessionStorage };
+localStorage.removeItem("reactq.apikey");
+for (const [name, store] of Object.entries(stores)) {
+  const saved = store.getItem("reactq." + name);
   if (saved && !$(name).value) $(name).value = saved;
-  $(name).addEventListener("change", () => localStorage.setItem("reactq." + name, $(name).value));
+  $(name).addEventListener("change", () => store.setItem("reactq." + name, $(name).value));
 }
 
 function headers(extra) {
@@ -82,6 +87,27 @@ function render(ev) {
     }
     case "tool_failed": line(box, ev, "tool_failed", "tool error", `${ev.tool}: ${ev.error}`); break;
     case "error": line(box, ev, "error", "error", `${ev.code}: ${ev.message}`); break;
+    case "approval_requested": {
+      setStatus(box, "awaiting_approval");
+      for (const call of ev.calls) {
+        const span = el("span", "approval");
+        span.dataset.callId = call.call_id;
+        span.append(document.createTextNode(call.tool + " "), code(JSON.stringify(call.arguments)), document.createTextNode(" "));
+        const yes = el("button", "approve", "Approve"), no = el("button", "deny", "Deny");
+        yes.addEventListener("click", () => decide(ev.turn_id, call.call_id, true, span));
+        no.addEventListener("click", () => decide(ev.turn_id, call.call_id, false, span));
+        span.append(yes, no);
+        line(box, ev, "approval", "needs you", span);
+      }
+      break;
+    }
+    case "approval_decided": {
+      const span = box.querySelector(`.approval[data-call-id="${CSS.escape(ev.call_id)}"]`);
+      if (span) span.querySelectorAll("button").forEach((b) => b.remove());
+      const verdict = ev.approved ? "approved" : "denied";
+      line(box, ev, "decided " + verdict, verdict, `${ev.call_id} by ${ev.by}` + (ev.reason ? `: ${ev.reason}` : ""));
+      break;
+    }
     case "final": {
       setStatus(box, ev.status);
       const row = line(box, ev, "final" + (ev.status === "completed" ? "" : " failed"), "answer", ev.text);
@@ -89,6 +115,27 @@ function render(ev) {
       break;
     }
     default: break;  // usage, deltas: not shown
+  }
+}
+
+// A decision on a waiting tool call (POST /v1/turns/{id}/decisions); a denial asks why.
+async function decide(turnId, callId, approved, span) {
+  let value = approved;
+  if (!approved) {
+    const reason = window.prompt("Why deny it? (the model reads this)", "");
+    if (reason === null) return;
+    value = reason || false;
+  }
+  span.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+  const r = await fetch(`/v1/turns/${encodeURIComponent(turnId)}/decisions`, {
+    method: "POST",
+    headers: headers({ "Content-Type": "application/json" }),
+    body: JSON.stringify({ decisions: { [callId]: value }, by: "page" }),
+  });
+  if (!r.ok) {
+    const body = await r.json().catch(() => ({}));
+    notice(`decision refused: ${body.code || r.status}: ${body.message || ""}`);
+    span.querySelectorAll("button").forEach((b) => { b.disabled = false; });
   }
 }
 

@@ -7,10 +7,12 @@ demo runs from any directory, whatever the application beside it names its modul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -55,9 +57,21 @@ def _plan(sessions: int, tag: str) -> list[tuple[str, str]]:
 
 
 def run_demo(sessions: int = 4, in_process: bool = False) -> int:
-    """Run the demo; returns the exit code."""
+    """Run the demo; returns the exit code.
+
+    Like its Redis namespace, the demo's state is its own: unless
+    ``REACTQ_DATABASE_URL`` names one, its sessions go to a throwaway SQLite
+    database, not to the user's (``Settings.database_url``'s default).
+    """
     agents = load_agents([DEMO_AGENT])
-    with model_endpoint(Settings.from_env(), agents) as settings:
+    settings = Settings.from_env()
+    with contextlib.ExitStack() as stack:
+        if "database_url" not in settings.model_fields_set:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="reactq-demo-")))
+            settings = settings.model_copy(
+                update={"database_url": f"sqlite+aiosqlite:///{scratch / 'state.db'}"}
+            )
+        settings = stack.enter_context(model_endpoint(settings, agents))
         if not in_process and _redis_answers(settings.redis_url):
             return asyncio.run(_pool_demo(settings, sessions))
         reason = "as asked" if in_process else f"Redis does not answer at {settings.redis_url}"

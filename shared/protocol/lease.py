@@ -73,7 +73,11 @@ class SessionLease:
     async def release(self, session_id: str, token: int) -> bool:
         """Give the lease up if ``token`` still holds it; False if it had been lost."""
         released = await self._release(
-            keys=[self.keys.lease(session_id), self.keys.lease_deadlines],
+            keys=[
+                self.keys.lease(session_id),
+                self.keys.lease_deadlines,
+                self.keys.approvals(session_id),
+            ],
             args=[str(token), session_id],
         )
         return bool(released)

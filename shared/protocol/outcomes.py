@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reactq.shared.turns import TurnRequest, TurnStatus
+from reactq.shared.errors import InvalidTurnError
+from reactq.shared.turns import TurnRequest, TurnStatus, validate_turn_id
 
 
 class SubmitStatus(StrEnum):
@@ -55,17 +56,41 @@ class ClaimedTurn:
     """A turn taken into the running slot (the result of ``SessionQueue.claim_next``)."""
 
     attempt: int
-    """1 for a first run; n+1 for each time it is handed out again."""
+    """1 for a first run; n+1 for each time it is handed out again (0 for a copy
+    that ``already_ran``: it was not put in the running slot)."""
     lost: int
     """How many earlier runs died with their worker (charged against max_attempts)."""
     turn_id: str
-    """The turn id ('' when the payload could not be read)."""
+    """The turn id ('' when the payload has no valid one: see ``TURN_ID_RE``)."""
     payload: str
     """The TurnRequest JSON as submitted (possibly malformed)."""
+    already_ran: str = ""
+    """For a copy of a turn id that has run already (or runs, or was cancelled), the
+    status that turn has: the copy left pending without entering the running slot
+    and must not run. '' for a turn to run."""
+    readable: bool = True
+    """False when the payload is not UTF-8 text: ``payload`` then shows it with
+    replacement characters, and ``parse`` refuses it."""
+    parked: str = ""
+    """For a turn handed out again after it waited for decisions: ``ready`` (every
+    call decided), ``expired`` (the undecided ones were denied) or ``cancelled``
+    (a cancel flag was raised while it waited); '' otherwise."""
+    expired_calls: tuple[str, ...] = ()
+    """The calls this claim denied because their decision did not come in time."""
 
     def parse(self) -> TurnRequest:
-        """The TurnRequest; raises on a malformed payload."""
-        return TurnRequest.parse(self.payload)
+        """The TurnRequest; raises on a payload that cannot be this turn: malformed,
+        not UTF-8, or without the valid turn id it was claimed under."""
+        if not self.readable:
+            raise InvalidTurnError("the turn payload is not UTF-8 text")
+        turn = TurnRequest.parse(self.payload)
+        validate_turn_id(turn.turn_id)
+        if turn.turn_id != self.turn_id:
+            raise InvalidTurnError(
+                f"the payload's turn id {turn.turn_id!r} is not the one it was claimed "
+                f"under ({self.turn_id!r})"
+            )
+        return turn
 
 
 class CancelOutcome(StrEnum):

@@ -4,8 +4,11 @@ Each operation is one Lua call on the session's keys (they share its hash tag),
 so a submit, a claim and a cancel racing on one session see one consistent order.
 
 The running slot holds ``<attempt>|<lost>|<turn_id>|<TurnRequest JSON>`` from the
-moment a worker claims a turn until it finishes it. ``attempt`` counts runs;
-``lost`` counts runs that died with their worker. A slot found occupied by the
+moment a worker claims a turn until it finishes it; ``turn_id`` is a valid one
+(``TURN_ID_RE``, never a ``|``) or '' for a payload without one, so ``finish``
+always finds it. A turn id runs at most once: a claim drops a copy of a turn id
+whose status is past ``queued`` (``ClaimedTurn.already_ran``). ``attempt`` counts
+runs; ``lost`` counts runs that died with their worker. A slot found occupied by the
 next lease holder means its previous holder died mid-turn: the turn is handed out
 again as attempt n+1 with ``lost`` increased. A worker that gives a turn back on
 shutdown lowers ``lost`` first, so that run is not charged.
@@ -31,13 +34,14 @@ from reactq.shared.protocol.outcomes import (
     SubmitStatus,
 )
 from reactq.shared.redis_client import lua_source, text
-from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus
+from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus, validate_turn_id
 
 _SUBMIT = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_submit")
-_CLAIM = lua_source(__name__, "running_slot", "queue_claim")
+_CLAIM = lua_source(__name__, "now_ms", "running_slot", "approval_hold", "queue_claim")
+_HAS_WORK = lua_source(__name__, "now_ms", "running_slot", "approval_hold", "queue_has_work")
 _FINISH = lua_source(__name__, "running_slot", "queue_finish")
 _GIVE_BACK = lua_source(__name__, "running_slot", "queue_give_back")
-_CANCEL = lua_source(__name__, "running_slot", "queue_cancel")
+_CANCEL = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_cancel")
 
 
 class SessionQueue:
@@ -60,12 +64,17 @@ class SessionQueue:
         self.cancel_ttl = cancel_ttl_seconds
         self._submit = redis.register_script(_SUBMIT)
         self._claim = redis.register_script(_CLAIM)
+        self._has_work = redis.register_script(_HAS_WORK)
         self._finish = redis.register_script(_FINISH)
         self._give_back = redis.register_script(_GIVE_BACK)
         self._cancel = redis.register_script(_CANCEL)
 
     async def submit(self, turn: TurnRequest) -> SubmitOutcome:
-        """Apply the multitask strategy and push the turn, atomically."""
+        """Apply the multitask strategy and push the turn, atomically.
+
+        Raises InvalidTurnError (nothing pushed) for a turn id ``TURN_ID_RE`` refuses.
+        """
+        validate_turn_id(turn.turn_id)
         k, sid = self.keys, turn.session_id
         result: list[Any] = await self._submit(
             keys=[
@@ -103,17 +112,36 @@ class SessionQueue:
         """Move the next turn into the running slot (or re-issue one left there)."""
         k = self.keys
         result = await self._claim(
-            keys=[k.running(session_id), k.pending(session_id), k.turns(session_id)]
+            keys=[
+                k.running(session_id),
+                k.pending(session_id),
+                k.turns(session_id),
+                k.approvals(session_id),
+                k.cancel_prefix(session_id),
+                k.approvals_index,
+            ],
+            args=[session_id],
         )
         if not result:
             return None
-        return ClaimedTurn(int(result[0]), int(result[1]), text(result[2]), text(result[3]))
+        attempt, lost, turn_id, raw, already_ran, parked, expired = result
+        payload, readable = _payload_text(raw)
+        return ClaimedTurn(
+            int(attempt),
+            int(lost),
+            text(turn_id),  # ASCII: the script hands out valid turn ids only, or ''
+            payload,
+            already_ran=text(already_ran),
+            readable=readable,
+            parked=text(parked),
+            expired_calls=tuple(c for c in text(expired).split(",") if c),
+        )
 
     async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
         """Clear the running slot (if it still holds this turn) and record the status."""
         k = self.keys
         await self._finish(
-            keys=[k.running(session_id), k.turns(session_id)],
+            keys=[k.running(session_id), k.turns(session_id), k.approvals(session_id)],
             args=[turn_id, str(status), self.meta_ttl],
         )
 
@@ -131,10 +159,12 @@ class SessionQueue:
         return bool(await self._give_back(keys=[self.keys.running(session_id)], args=[turn_id]))
 
     async def cancel(self, session_id: str, turn_id: str) -> CancelResult:
-        """Cancel a turn of the session: drop it if queued, flag it if running.
+        """Cancel a turn of the session: drop it if queued, end it if it is parked
+        waiting for decisions, flag it if running.
 
-        A queued turn's final is the caller's to publish (``endings.cancelled``);
-        a running one's is its worker's, once it stops.
+        A queued or parked turn's final is the caller's to publish
+        (``endings.cancelled``), and so is dispatching a drain for the turns behind a
+        parked one; a running one's final is its worker's, once it stops.
         """
         k = self.keys
         outcome, status = await self._cancel(
@@ -143,8 +173,11 @@ class SessionQueue:
                 k.running(session_id),
                 k.turns(session_id),
                 k.cancel_flag(session_id, turn_id),
+                k.approvals(session_id),
+                k.approvals_index,
+                k.lease_deadlines,
             ],
-            args=[turn_id, self.cancel_ttl],
+            args=[turn_id, self.cancel_ttl, session_id, self.grace_ms],
         )
         return CancelResult(
             turn_id,
@@ -164,13 +197,18 @@ class SessionQueue:
         return None if value is None else text(value)
 
     async def has_work(self, session_id: str) -> bool:
-        """True when a turn is pending or left in the running slot."""
+        """True when a turn is pending or left in the running slot, unless the running
+        turn is parked waiting for decisions (then the session holds: FIFO)."""
         k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.llen(k.pending(session_id))
-            pipe.exists(k.running(session_id))
-            pending, running = await pipe.execute()
-        return bool(pending) or bool(running)
+        found = await self._has_work(
+            keys=[
+                k.running(session_id),
+                k.pending(session_id),
+                k.approvals(session_id),
+                k.cancel_prefix(session_id),
+            ]
+        )
+        return bool(found)
 
     async def session_of(self, turn_id: str) -> str | None:
         """The session a recent turn belongs to, or None if unknown."""
@@ -186,3 +224,13 @@ class SessionQueue:
         if raw is None:
             return None
         return session_id, TurnStatus(text(raw))
+
+
+def _payload_text(raw: bytes | str) -> tuple[str, bool]:
+    """A pending list entry as text, and whether it was UTF-8 at all."""
+    if isinstance(raw, str):
+        return raw, True
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), False

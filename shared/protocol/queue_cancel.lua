@@ -1,6 +1,8 @@
--- Cancel a turn: drop it from pending, or flag it if it runs.
--- Preludes: running_slot.
--- KEYS: pending, running, turns, cancel_flag; ARGV: turn_id, ttl_s
+-- Cancel a turn: drop it from pending, end it if it is parked waiting for
+-- decisions, or flag it if it runs.
+-- Preludes: now_ms, running_slot, deadlines.
+-- KEYS: pending, running, turns, cancel_flag, approvals, approvals index, deadlines
+-- ARGV: turn_id, ttl_s, session id, dispatch grace ms
 -- Returns {outcome, status}: the outcome is a CancelOutcome value (outcomes.py),
 -- the status the turn's after the call ('' when unknown).
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
@@ -16,6 +18,20 @@ local current = redis.call('GET', KEYS[2])
 if current then
   local _, _, turn_id = parse_running(current)
   if turn_id == ARGV[1] then
+    if redis.call('HGET', KEYS[5], 'turn') == turn_id
+        and redis.call('HGET', KEYS[5], 'state') == 'waiting' then
+      -- Parked: no worker holds it, so the cancel ends it here; the turns behind it
+      -- are due at once (the caller dispatches a drain; the deadline is the backstop).
+      redis.call('DEL', KEYS[2], KEYS[5])
+      redis.call('SREM', KEYS[6], ARGV[3])
+      redis.call('HSET', KEYS[3], ARGV[1], 'cancelled')
+      if redis.call('LLEN', KEYS[1]) > 0 then
+        deadline_no_later(KEYS[7], ARGV[3], now + tonumber(ARGV[4]))
+      else
+        deadline_clear(KEYS[7], ARGV[3])
+      end
+      return {'cancelled', 'cancelled'}
+    end
     redis.call('SET', KEYS[4], 'cancel', 'EX', tonumber(ARGV[2]))
     return {'cancelling', 'running'}
   end

@@ -8,7 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from reactq.shared.errors import ConfigError
-from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, StateStore, TurnRecord
+from reactq.shared.state.base import (
+    TRUNK,
+    BranchInfo,
+    SessionInfo,
+    StateStore,
+    TurnCheckpoint,
+    TurnRecord,
+)
 from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.state.redis import RedisStateStore
 from reactq.shared.state.sql import SqlStateStore
@@ -19,6 +26,7 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     "BranchInfo",
     "SessionInfo",
     "StateStore",
+    "TurnCheckpoint",
     "TurnRecord",
     # backends
     "MemoryStateStore",

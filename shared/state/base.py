@@ -8,6 +8,7 @@ N+1. ``trunk`` is the root; a session created before branching reads as its trun
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from reactq.shared.errors import BranchError, StaleLeaseError
+from reactq.shared.errors import BranchError, StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage
 from reactq.shared.turns import TurnStatus
 
@@ -57,6 +58,34 @@ class BranchInfo(BaseModel):
     """New turns of the session run on it."""
     created_at: float = 0.0
     """Unix time of creation."""
+
+
+class TurnCheckpoint(BaseModel):
+    """A running turn's completed steps, committed apart from the conversation.
+
+    ``messages`` are the turn's steps so far (each model reply and the results of
+    its tool calls; the last reply's calls may still lack results). They reach the
+    conversation only when the turn commits; a turn that ends any other way leaves
+    them behind for ``discard_checkpoint``. See docs/architecture.md, "Session
+    protocol", step 3.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    """The turn's session."""
+    turn_id: str
+    """The turn."""
+    step: int
+    """How many steps are complete (model replies whose tool calls all have results)."""
+    messages: list[ChatMessage]
+    """The turn's messages after its user message, oldest first."""
+    branch_id: str | None = None
+    """The branch the turn read its history from (its commit goes there)."""
+    attempt: int = 1
+    """The attempt that wrote it."""
+    updated_at: float = 0.0
+    """Unix time of the write."""
 
 
 class TurnRecord(BaseModel):
@@ -160,11 +189,33 @@ class StateStore(Protocol):
         from), the active branch by default. With ``fence`` given, the step checks
         it against the session's newest token and raises StaleLeaseError (writing
         nothing) if a newer one was issued; a newer token moves the fence on.
+
+        A turn is committed at most once: if ``record.turn_id`` already has a
+        committed record, the step raises TurnCommittedError and writes nothing,
+        whatever the fence (checked in the same atomic step as the write).
         """
         ...
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
+        ...
+
+    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
+        """Store a running turn's completed steps, replacing its previous checkpoint.
+
+        Fenced like ``commit_turn`` (StaleLeaseError, nothing written, when a newer
+        token was issued); TurnCommittedError when the turn is committed already.
+        The steps stay out of the conversation until ``commit_turn``, which drops
+        the checkpoint in the same atomic step.
+        """
+        ...
+
+    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
+        """The turn's last checkpoint, or None."""
+        ...
+
+    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
+        """Forget the turn's checkpoint (a turn cancelled, rolled back or failed). Idempotent."""
         ...
 
     async def close(self) -> None:
@@ -182,7 +233,8 @@ def new_branch_id() -> str:
 
 def check_branch_id(branch_id: str) -> str:
     """``branch_id`` if well-formed (1-128 of ``[A-Za-z0-9._:-]``), else BranchError."""
-    if not isinstance(branch_id, str) or not _BRANCH_ID.match(branch_id):
+    # fullmatch: ``$`` alone also matches before a final newline.
+    if not isinstance(branch_id, str) or not _BRANCH_ID.fullmatch(branch_id):
         raise BranchError(
             f"invalid branch id {branch_id!r}: use 1-128 characters of [A-Za-z0-9._:-]",
             branch_id=str(branch_id),
@@ -231,6 +283,29 @@ def stale(session_id: str, stored: int, fence: int) -> StaleLeaseError:
         fence=fence,
         newest=stored,
     )
+
+
+def committed_twice(session_id: str, turn_id: str) -> TurnCommittedError:
+    """The error of a commit of a turn that already has a committed record."""
+    return TurnCommittedError(
+        f"turn {turn_id} of session {session_id!r} is already committed; nothing was written",
+        session_id=session_id,
+        turn_id=turn_id,
+    )
+
+
+def dump_steps(messages: Sequence[ChatMessage]) -> str:
+    """A checkpoint's messages as JSON text (ASCII: lone surrogates and NUL escaped)."""
+    # turn_id is excluded from a message's dump (it is not sent to the model): kept here.
+    return json.dumps(
+        [{**m.model_dump(exclude_none=True), "turn_id": m.turn_id} for m in messages],
+        ensure_ascii=True,
+    )
+
+
+def load_steps(raw: str | bytes) -> list[ChatMessage]:
+    """``dump_steps`` read back."""
+    return [ChatMessage.model_validate(m) for m in json.loads(raw)]
 
 
 def check_record(session_id: str, record: TurnRecord) -> None:

@@ -13,10 +13,12 @@ from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,
+    TurnCheckpoint,
     TurnRecord,
     check_branch_id,
     check_fork_point,
     check_record,
+    committed_twice,
     new_branch_id,
     stale,
     view_ranges,
@@ -79,6 +81,7 @@ class MemoryStateStore:
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._turns: dict[str, TurnRecord] = {}
+        self._checkpoints: dict[tuple[str, str], TurnCheckpoint] = {}
         self._swept = float("-inf")
 
     # Sessions are kept in order of last use, so the ones to drop are at the front.
@@ -100,6 +103,8 @@ class MemoryStateStore:
         del self._sessions[session_id]
         for turn_id in session.turn_ids:
             self._turns.pop(turn_id, None)
+        for key in [k for k in self._checkpoints if k[0] == session_id]:
+            del self._checkpoints[key]
 
     def _evict(self, *, force: bool = False) -> None:
         now = time.monotonic()
@@ -278,6 +283,8 @@ class MemoryStateStore:
         session = self._require(session_id)
         if fence is not None and session.fence > fence:
             raise stale(session_id, session.fence, fence)
+        if record.turn_id in self._turns:
+            raise committed_twice(session_id, record.turn_id)
         branch = self._branch(session, session_id, branch_id)
         if fence is not None:
             session.fence = fence
@@ -286,11 +293,35 @@ class MemoryStateStore:
             record = record.model_copy(update={"created_at": time.time()})
         self._turns[record.turn_id] = record
         session.turn_ids.add(record.turn_id)
+        self._checkpoints.pop((session_id, record.turn_id), None)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
         self._evict()
         return self._turns.get(turn_id)
+
+    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
+        """Store a running turn's completed steps; see StateStore.checkpoint_step."""
+        session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
+        session = self._require(session_id)
+        if fence is not None and session.fence > fence:
+            raise stale(session_id, session.fence, fence)
+        if turn_id in self._turns:
+            raise committed_twice(session_id, turn_id)
+        if fence is not None:
+            session.fence = fence
+        if not checkpoint.updated_at:
+            checkpoint = checkpoint.model_copy(update={"updated_at": time.time()})
+        self._checkpoints[(session_id, turn_id)] = checkpoint
+
+    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
+        """The turn's last checkpoint, or None."""
+        self._evict()
+        return self._checkpoints.get((session_id, turn_id))
+
+    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
+        """Forget the turn's checkpoint. Idempotent."""
+        self._checkpoints.pop((session_id, turn_id), None)
 
     async def close(self) -> None:
         """Nothing to release; the data stays readable."""

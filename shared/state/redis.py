@@ -7,6 +7,7 @@ so one session's keys share a cluster slot and one script may touch them all)::
     <ns>:s:{<sid>}:state:branches   hash  p:<b> parent, f:<b> fork, l:<b> length, c:<b> created
     <ns>:s:{<sid>}:state:messages   hash  <b>|<sequence> -> message JSON
     <ns>:s:{<sid>}:state:turns      hash  turn_id -> turn record JSON
+    <ns>:s:{<sid>}:state:steps      hash  turn_id -> checkpoint JSON (a running turn's steps)
     <ns>:state:turn:<turn_id>       string  the turn's session (to find a turn by id)
 
 Each operation is a script ``state_<op>.lua`` beside this module, read once at
@@ -42,10 +43,14 @@ from reactq.shared.redis_client import lua_source
 from reactq.shared.state.base import (
     BranchInfo,
     SessionInfo,
+    TurnCheckpoint,
     TurnRecord,
     check_branch_id,
     check_fork_point,
     check_record,
+    committed_twice,
+    dump_steps,
+    load_steps,
     new_branch_id,
     stale,
 )
@@ -62,6 +67,7 @@ _FORK = lua_source(__name__, "state_branches", "state_fork")
 _SWITCH = lua_source(__name__, "state_switch")
 _TRUNCATE = lua_source(__name__, "state_branches", "state_truncate")
 _CLAIM = lua_source(__name__, "state_claim")
+_CHECKPOINT = lua_source(__name__, "state_checkpoint")
 
 
 class RedisStateStore:
@@ -94,6 +100,7 @@ class RedisStateStore:
         self._switch = redis.register_script(_SWITCH)
         self._truncate = redis.register_script(_TRUNCATE)
         self._claim = redis.register_script(_CLAIM)
+        self._checkpoint = redis.register_script(_CHECKPOINT)
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> RedisStateStore:
@@ -108,7 +115,7 @@ class RedisStateStore:
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.namespace}:s:{{{session_id}}}:state"
-        return [base, f"{base}:branches", f"{base}:messages", f"{base}:turns"]
+        return [base, f"{base}:branches", f"{base}:messages", f"{base}:turns", f"{base}:steps"]
 
     def _turn_index(self, turn_id: str) -> str:
         return f"{self.namespace}:state:turn:{turn_id}"
@@ -224,7 +231,8 @@ class RedisStateStore:
         fence: int | None = None,
         branch_id: str | None = None,
     ) -> None:
-        """Append a turn's messages and record its outcome, atomically; see StateStore.
+        """Append a turn's messages and record its outcome, atomically, once per turn
+        (TurnCommittedError otherwise); see StateStore.
 
         Messages without a ``turn_id`` get the record's.
         """
@@ -232,9 +240,18 @@ class RedisStateStore:
         if not record.created_at:
             record = record.model_copy(update={"created_at": time.time()})
         # The index first: a crash between the two leaves a pointer to nothing
-        # (get_turn: None), never a committed turn that cannot be found.
-        await self.redis.set(self._turn_index(record.turn_id), session_id)
-        await self._write(session_id, messages, branch_id, record, fence)
+        # (get_turn: None), never a committed turn that cannot be found. The script
+        # refuses a turn its session has a record of; one that another session
+        # committed (the index points there) it refuses too, after the fence check,
+        # as the other backends do.
+        index = self._turn_index(record.turn_id)
+        elsewhere = False
+        if not await self.redis.set(index, session_id, nx=True):
+            found = await self.get_turn(record.turn_id)
+            elsewhere = found is not None and found.session_id != session_id
+            if not elsewhere:
+                await self.redis.set(index, session_id)
+        await self._write(session_id, messages, branch_id, record, fence, elsewhere)
 
     async def _write(
         self,
@@ -243,6 +260,7 @@ class RedisStateStore:
         branch_id: str | None,
         record: TurnRecord | None,
         fence: int | None,
+        committed_elsewhere: bool = False,
     ) -> None:
         now = time.time()
         turn_id = record.turn_id if record is not None else None
@@ -252,12 +270,15 @@ class RedisStateStore:
             turn_id or "",
             "" if record is None else _dump_record(record),
             repr(now),
+            int(committed_elsewhere),
             *(_dump_message(m, turn_id, now) for m in messages),
         ]
         reply = await self._write_script(keys=self._keys(session_id), args=args)
         texts = _texts(reply)
         if texts[0] == "stale" and fence is not None:
             raise stale(session_id, int(texts[1]), fence)
+        if texts[0] == "committed" and turn_id is not None:
+            raise committed_twice(session_id, turn_id)
         _raise_for(session_id, texts)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
@@ -279,6 +300,50 @@ class RedisStateStore:
             error=dec(data["error"]),
             created_at=data["created_at"],
         )
+
+    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
+        """Store a running turn's completed steps; see StateStore.checkpoint_step."""
+        session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
+        data = {
+            "v": RECORD_VERSION,
+            "step": checkpoint.step,
+            "attempt": checkpoint.attempt,
+            "branch": checkpoint.branch_id,
+            "updated_at": checkpoint.updated_at or time.time(),
+            "messages": dump_steps(checkpoint.messages),
+        }
+        keys = self._keys(session_id)
+        reply = _texts(
+            await self._checkpoint(
+                keys=[keys[0], keys[3], keys[4]],
+                args=["" if fence is None else fence, turn_id, json.dumps(data)],
+            )
+        )
+        if reply[0] == "stale" and fence is not None:
+            raise stale(session_id, int(reply[1]), fence)
+        if reply[0] == "committed":
+            raise committed_twice(session_id, turn_id)
+        _raise_for(session_id, reply)
+
+    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
+        """The turn's last checkpoint, or None."""
+        raw = await self.redis.hget(self._keys(session_id)[4], turn_id)
+        if raw is None:
+            return None
+        data = _load(raw, "turn checkpoint")
+        return TurnCheckpoint(
+            session_id=session_id,
+            turn_id=turn_id,
+            step=data["step"],
+            messages=load_steps(data["messages"]),
+            branch_id=data["branch"],
+            attempt=data["attempt"],
+            updated_at=data["updated_at"],
+        )
+
+    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
+        """Forget the turn's checkpoint. Idempotent."""
+        await self.redis.hdel(self._keys(session_id)[4], turn_id)
 
     async def close(self) -> None:
         """Close the client (if the store made it)."""

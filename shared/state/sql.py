@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import event, insert, select, text, update
+from sqlalchemy import delete, event, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
@@ -37,14 +37,25 @@ from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,
+    TurnCheckpoint,
     TurnRecord,
     check_branch_id,
     check_fork_point,
     check_record,
+    committed_twice,
+    dump_steps,
+    load_steps,
     new_branch_id,
     stale,
 )
-from reactq.shared.state.sql_schema import branches, dec, enc, sessions, turns
+from reactq.shared.state.sql_schema import (
+    branches,
+    dec,
+    enc,
+    sessions,
+    turn_checkpoints,
+    turns,
+)
 from reactq.shared.turns import TurnStatus
 
 T = TypeVar("T")
@@ -368,7 +379,8 @@ class SqlStateStore:
         fence: int | None = None,
         branch_id: str | None = None,
     ) -> None:
-        """Append a turn's messages and record its outcome, atomically; see StateStore.
+        """Append a turn's messages and record its outcome, atomically, once per turn
+        (TurnCommittedError otherwise); see StateStore.
 
         Messages without a ``turn_id`` get the record's.
         """
@@ -393,11 +405,19 @@ class SqlStateStore:
                         .where(sessions.c.session_id == session_id)
                         .values(fence=fence, updated_at=time.time())
                     )
-            await ops.append_rows(conn, session_id, branch_id or active, messages, record.turn_id)
-            await conn.execute(
+            # The turn's record first: its primary key makes it the turn's one commit.
+            # A record already there (or one a concurrent transaction is writing, which
+            # this insert waits for) refuses the commit, and the raise rolls it back.
+            inserted = await conn.execute(
                 self._insert(turns)
                 .values(turn_id=record.turn_id, **values)
-                .on_conflict_do_update(index_elements=["turn_id"], set_=values)
+                .on_conflict_do_nothing(index_elements=["turn_id"])
+            )
+            if inserted.rowcount != 1:
+                raise committed_twice(session_id, record.turn_id)
+            await ops.append_rows(conn, session_id, branch_id or active, messages, record.turn_id)
+            await conn.execute(
+                delete(turn_checkpoints).where(turn_checkpoints.c.turn_id == record.turn_id)
             )
 
         await self._write(op)
@@ -424,6 +444,74 @@ class SqlStateStore:
             )
 
         return await self._read(op)
+
+    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
+        """Store a running turn's completed steps; see StateStore.checkpoint_step."""
+        session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
+        values = {
+            "session_id": session_id,
+            "branch_id": checkpoint.branch_id,
+            "step": checkpoint.step,
+            "attempt": checkpoint.attempt,
+            "messages": dump_steps(checkpoint.messages),
+            "updated_at": checkpoint.updated_at or time.time(),
+        }
+
+        async def op(conn: AsyncConnection) -> None:
+            _active, stored = await ops.lock_session(conn, session_id)
+            if fence is not None:
+                if stored > fence:
+                    raise stale(session_id, stored, fence)
+                if fence > stored:
+                    await conn.execute(
+                        update(sessions)
+                        .where(sessions.c.session_id == session_id)
+                        .values(fence=fence, updated_at=time.time())
+                    )
+            done = await conn.execute(select(turns.c.turn_id).where(turns.c.turn_id == turn_id))
+            if done.first() is not None:
+                raise committed_twice(session_id, turn_id)
+            await conn.execute(
+                self._insert(turn_checkpoints)
+                .values(turn_id=turn_id, **values)
+                .on_conflict_do_update(index_elements=["turn_id"], set_=values)
+            )
+
+        await self._write(op)
+
+    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
+        """The turn's last checkpoint, or None."""
+
+        async def op(conn: AsyncConnection) -> TurnCheckpoint | None:
+            table = turn_checkpoints
+            query = select(table).where(
+                table.c.turn_id == turn_id, table.c.session_id == session_id
+            )
+            row = (await conn.execute(query)).mappings().first()
+            if row is None:
+                return None
+            return TurnCheckpoint(
+                session_id=row["session_id"],
+                turn_id=row["turn_id"],
+                step=row["step"],
+                messages=load_steps(row["messages"]),
+                branch_id=row["branch_id"],
+                attempt=row["attempt"],
+                updated_at=row["updated_at"],
+            )
+
+        return await self._read(op)
+
+    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
+        """Forget the turn's checkpoint. Idempotent."""
+
+        async def op(conn: AsyncConnection) -> None:
+            table = turn_checkpoints
+            await conn.execute(
+                delete(table).where(table.c.turn_id == turn_id, table.c.session_id == session_id)
+            )
+
+        await self._write(op)
 
     async def close(self) -> None:
         """Dispose of the engine (if the store made it)."""

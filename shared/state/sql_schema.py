@@ -34,7 +34,7 @@ from reactq.shared.state.text import MARK, dec, enc
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -98,6 +98,18 @@ turns = Table(
     Column("final_text", Text, nullable=True),
     Column("error", Text, nullable=True),
     Column("created_at", Double, nullable=False),
+)
+
+turn_checkpoints = Table(
+    "turn_checkpoints",
+    metadata,
+    Column("turn_id", String(128), primary_key=True),
+    Column("session_id", String(128), nullable=False, index=True),
+    Column("branch_id", String(128), nullable=True),
+    Column("step", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("messages", Text, nullable=False),
+    Column("updated_at", Double, nullable=False),
 )
 
 audit_events = Table(

@@ -9,9 +9,9 @@ the fix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
 from reactq.worker.agent.llm.base import RequestOptions
@@ -19,12 +19,20 @@ from reactq.worker.agent.modes import ModeSettings, ToolMode, resolve_mode
 from reactq.worker.agent.parsers import Parser
 from reactq.worker.agent.usage import ModelPrice, check_budget_config
 
+if TYPE_CHECKING:
+    from reactq.worker.agent.tools import ToolContext
+
+ApprovalPolicy = Callable[[str, dict[str, Any], "ToolContext"], bool]
+"""``approval(tool_name, arguments, context) -> bool``: True when the call must wait
+for a person's decision."""
+
 __all__ = [
     "DEFAULT_BUDGET_MESSAGE",
     "DEFAULT_CANCELLED_MESSAGE",
     "DEFAULT_ERROR_FALLBACK_MESSAGE",
     "DEFAULT_FALLBACK_MESSAGE",
     "DEFAULT_MODEL",
+    "ApprovalPolicy",
     "LoopConfig",
 ]
 
@@ -102,6 +110,8 @@ class LoopConfig:
     """Approver every tool call passes; no decision is a denial."""
     tool_gate_timeout: float | None = 300.0
     """Seconds the tool gate may take to decide (then the call is denied); None: no limit."""
+    approval: ApprovalPolicy | None = None
+    """``approval(tool, arguments, context) -> bool``: True makes the call wait for a person."""
 
     def __post_init__(self) -> None:
         model = self.model
@@ -137,6 +147,8 @@ class LoopConfig:
             raise ValueError(f"interventions must be an Interventions, got {self.interventions!r}")
         if self.hooks is not None and not isinstance(self.hooks, Hooks):
             raise ValueError(f"hooks must be a Hooks (subclass) instance, got {self.hooks!r}")
+        if self.approval is not None and not callable(self.approval):
+            raise ValueError(f"approval must be callable or None, got {self.approval!r}")
         if self.tool_gate is not None and not callable(self.tool_gate):
             raise ValueError(f"tool_gate must be callable or None, got {self.tool_gate!r}")
         for name in (

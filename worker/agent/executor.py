@@ -124,6 +124,28 @@ class _UnderDeadline:
                 sent, thrown = None, exc
 
 
+def _log_failure(
+    item: _Call, context: ToolContext, code: str, error: str, exc: BaseException | None
+) -> None:
+    """A tool that failed, in the worker's log: the model reads only the error's text, the
+    operator gets the session, the turn, the tool and the traceback (redacted by the log
+    handler like every other line)."""
+    log.warning(
+        "tool %s failed: %s",
+        item.call.name,
+        error,
+        exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+        extra={
+            "session_id": context.session_id,
+            "turn_id": context.turn_id,
+            "attempt": context.attempt,
+            "tool": item.call.name,
+            "call_id": item.call.id,
+            "code": code,
+        },
+    )
+
+
 class ToolExecutor:
     """Runs tool calls under one LoopConfig (shared by its runs; holds no run state).
 
@@ -275,14 +297,20 @@ class ToolExecutor:
         except ToolArgumentsError as exc:
             return False, f"invalid_arguments\0{exc.message}"
         except ToolError as exc:
-            return False, f"{exc.code}\0{exc.message or type(exc).__name__}"
+            error = exc.message or type(exc).__name__
+            _log_failure(item, context, exc.code, error, exc)
+            return False, f"{exc.code}\0{error}"
         except asyncio.CancelledError:
             timer = timed.deadline if timed is not None else None
             if timer is not None and timer.expired():
-                return False, f"timeout\0the tool timed out after {limit:g} s"
+                error = f"the tool timed out after {limit:g} s"
+                _log_failure(item, context, "timeout", error, None)
+                return False, f"timeout\0{error}"
             raise
         except Exception as exc:
-            return False, f"tool_error\0{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
+            _log_failure(item, context, "tool_error", error, exc)
+            return False, f"tool_error\0{error}"
         finally:
             if timed is not None and timed.deadline is not None:
                 timed.deadline.cancel()
@@ -345,6 +373,17 @@ class ToolExecutor:
             log.warning("after_tool raised for %s; no note added", info.tool, exc_info=True)
             return ""
         return f"\n\n{note}" if isinstance(note, str) and note else ""
+
+    async def refuse(self, call: ToolCall, emitter: TurnEmitter, reason: str) -> str:
+        """Answer a call a person denied (or that could not wait for one), unrun: its
+        ``action``, then a ``tool_failed`` with code ``denied``; returns the text the
+        model reads."""
+        try:
+            args: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError:
+            args = call.arguments
+        await emitter.emit(ActionEvent, tool=call.name, args=args, call_id=call.id)
+        return await self._failed(emitter, call, "denied", f"the call was denied: {reason}")
 
     async def _failed(self, emitter: TurnEmitter, call: ToolCall, code: str, error: str) -> str:
         await emitter.emit(ToolFailedEvent, tool=call.name, call_id=call.id, error=error, code=code)

@@ -11,11 +11,13 @@ in a ``RunResult`` with a status.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from reactq.shared.bus import TurnEmitter
-from reactq.shared.errors import ReactqError
+from reactq.shared.errors import ReactqError, StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage
+from reactq.shared.protocol.approvals import Decision
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.config import (
     DEFAULT_BUDGET_MESSAGE,
@@ -29,7 +31,7 @@ from reactq.worker.agent.executor import ToolExecutor
 from reactq.worker.agent.llm.base import LLMClient, RequestOptions
 from reactq.worker.agent.modes import ModeSettings, ToolMode, build_system_prompt
 from reactq.worker.agent.results import format_tool_result
-from reactq.worker.agent.run import Run, RunResult
+from reactq.worker.agent.run import AwaitingApproval, OnStep, Run, RunResult
 from reactq.worker.agent.tools import Registry, ToolContext
 from reactq.worker.agent.usage import check_budget_config
 
@@ -88,18 +90,35 @@ class AgentLoop:
         *,
         context: ToolContext | None = None,
         cancel: CancelHandle | None = None,
+        resume: list[ChatMessage] | None = None,
+        on_step: OnStep | None = None,
+        decisions: Mapping[str, Decision] | None = None,
     ) -> RunResult:
         """Run the loop on ``messages`` (history plus the new user message).
 
         ``cancel`` (an ``asyncio.Event`` or a zero-argument callable returning
         True) stops the run between steps and mid-call (closing a streaming
         generation); the result's status is then CANCELLED.
+
+        ``resume`` is the turn's checkpointed steps (from an earlier attempt): the
+        run goes on after them, first running the calls of the last model reply
+        that have no result. ``on_step(step, messages)`` is awaited with every
+        checkpoint: the reply of a step before its tools run, and the step once
+        its results are in (``step`` counts the completed steps; ``messages`` are
+        all of the run's new messages so far). A StaleLeaseError or
+        TurnCommittedError from it ends the run by propagating.
+
+        ``decisions`` (call id -> a person's Decision) says the run may wait for
+        people: a call that needs approval and has no decision ends the run with
+        ``AwaitingApproval`` (its step checkpointed); an approved call runs, a denied
+        one is a tool error carrying the reason. Without it (None), such calls are
+        denied: this run cannot wait.
         """
         signal = CancelSignal(cancel) if cancel is not None else None
-        run = Run(self, emitter, context, signal)
+        run = Run(self, emitter, context, signal, on_step, decisions)
         try:
-            return await run.execute(messages)
-        except asyncio.CancelledError:
+            return await run.execute(messages, resume or [])
+        except (asyncio.CancelledError, StaleLeaseError, TurnCommittedError, AwaitingApproval):
             raise
         except Exception as exc:  # the bus, a bug: the turn still ends cleanly
             error = (

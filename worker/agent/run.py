@@ -9,8 +9,11 @@ tool or model call.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,7 @@ from reactq.shared.errors import (
 )
 from reactq.shared.events import DeltaEvent, ErrorEvent, ThoughtEvent, UsageEvent
 from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.protocol.approvals import Decision
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelSignal, RunCancelled
 from reactq.worker.agent.interventions import call_hook
@@ -36,7 +40,25 @@ from reactq.worker.agent.usage import UsageMeter
 if TYPE_CHECKING:
     from reactq.worker.agent.loop import AgentLoop
 
-__all__ = ["TRUNCATION_MARK", "WRAP_UP_PROMPT", "Run", "RunResult"]
+__all__ = [
+    "CANNOT_WAIT",
+    "TRUNCATION_MARK",
+    "WRAP_UP_PROMPT",
+    "AwaitingApproval",
+    "OnStep",
+    "Run",
+    "RunResult",
+]
+
+log = logging.getLogger("reactq.agent")
+
+CANNOT_WAIT = (
+    "this call needs a person's approval, and this run cannot wait for one (approvals "
+    "need the worker pool and native tool calls)"
+)
+
+OnStep = Callable[[int, list[ChatMessage]], Awaitable[None]]
+"""``on_step(completed_steps, new_messages)``: stores a run's checkpoint."""
 
 TRUNCATION_MARK = "\n\n[The answer was cut off: it reached the output token limit.]"
 WRAP_UP_PROMPT = (
@@ -61,6 +83,19 @@ class RunResult:
     """Why it ended in ERROR or BUDGET_EXCEEDED."""
     cost: float | None = None
     """What the run cost, when the loop has a price for its model."""
+
+
+class AwaitingApproval(Exception):
+    """Internal control flow: the run stopped at tool calls that wait for a person.
+
+    Its step is checkpointed (the reply, the results of the calls that ran); the
+    drain parks the turn. Raised only by a run given ``decisions`` (a mapping,
+    possibly empty): one that cannot wait denies such calls instead.
+    """
+
+    def __init__(self, calls: list[ToolCall]) -> None:
+        super().__init__(", ".join(c.id for c in calls))
+        self.calls = calls
 
 
 class _Deltas:
@@ -95,8 +130,13 @@ class Run:
         emitter: TurnEmitter,
         context: ToolContext | None,
         cancel: CancelSignal | None,
+        on_step: OnStep | None = None,
+        decisions: Mapping[str, Decision] | None = None,
     ) -> None:
         self.loop = loop
+        self.on_step = on_step
+        self.decisions = decisions
+        self.completed = 0
         self.emitter = emitter
         self.turn_id = emitter.turn_id
         self.context = context or ToolContext(
@@ -110,13 +150,31 @@ class Run:
         self.iteration = 0
         self.step_size = 1
 
-    async def execute(self, messages: list[ChatMessage]) -> RunResult:
-        """Run to the end; returns the result (only CancelledError escapes)."""
+    async def execute(
+        self, messages: list[ChatMessage], resume: list[ChatMessage] | None = None
+    ) -> RunResult:
+        """Run to the end; returns the result (only CancelledError escapes, and the
+        checkpoint's StaleLeaseError and TurnCommittedError).
+
+        ``resume``: the turn's checkpointed steps; the run goes on after them.
+        """
         loop, config = self.loop, self.loop.config
-        self.wire = [*loop.prefix, *(m.to_openai() for m in messages)]
         native = loop.mode.native
+        steps = list(resume or [])
+        if not native and steps and steps[-1].role == "assistant":
+            steps.pop()  # a text-mode reply whose observation was not recorded: ask again
+        self.wire = [*loop.prefix, *(m.to_openai() for m in [*messages, *steps])]
+        self.new = steps
+        replies = sum(1 for m in steps if m.role == "assistant")
         try:
-            for self.iteration in range(1, config.max_iterations + 1):
+            if steps:
+                self.iteration = replies
+                self.completed = replies
+                missing = _unanswered(steps) if native else []
+                if missing:
+                    self.completed -= 1
+                    await self._answer(missing, resumed=True)
+            for self.iteration in range(replies + 1, config.max_iterations + 1):
                 if self.cancel is not None and self.cancel.is_set():
                     return self._end(TurnStatus.CANCELLED, config.cancelled_message)
                 response = await self._ask(loop.tools)
@@ -153,19 +211,97 @@ class Run:
         )
         if response.content and response.content.strip():
             await self.emitter.emit(ThoughtEvent, text=response.content)
-        outputs = await self._tools(calls, response.truncated)
-        for call, output in zip(calls, outputs, strict=True):
+        # The reply first: a worker lost while its tools run resumes with these calls.
+        await self._checkpoint()
+        await self._answer(calls, truncated=response.truncated)
+        self.step_size = len(calls) + 1
+        return None
+
+    async def _answer(
+        self, calls: list[ToolCall], *, truncated: bool = False, resumed: bool = False
+    ) -> None:
+        """Run ``calls`` (of the last reply), add their results, checkpoint the step."""
+        # A call resumed without a decision started before its worker died (it may have
+        # had side effects); an approved one never started: it waited for a person.
+        context = dataclasses.replace(self.context, resumed=True) if resumed else self.context
+        self._check_stop()
+        executor = self.loop.executor
+        waiting: list[ToolCall] = []
+        denied: dict[str, str] = {}
+        approved: list[ToolCall] = []
+        runnable: list[ToolCall] = []
+        for call in calls:
+            decision = self.decisions.get(call.id) if self.decisions is not None else None
+            if decision is not None:
+                if decision.approved:
+                    approved.append(call)
+                else:
+                    denied[call.id] = decision.reason or "a person said no"
+            elif self._needs_person(call, context):
+                if self.decisions is None:
+                    denied[call.id] = CANNOT_WAIT
+                else:
+                    waiting.append(call)
+            else:
+                runnable.append(call)
+        outputs: dict[str, str] = {}
+        for group, group_context in ((approved, self.context), (runnable, context)):
+            if not group:
+                continue
+            ran = await executor.run_step(
+                group,
+                self.emitter,
+                group_context,
+                iteration=self.iteration,
+                seen=self.seen,
+                truncated=truncated,
+            )
+            outputs.update({c.id: o for c, o in zip(group, ran, strict=True)})
+        for call in calls:
+            if call.id in denied:
+                outputs[call.id] = await executor.refuse(call, self.emitter, denied[call.id])
+            if call.id not in outputs:
+                continue
             self._add(
                 ChatMessage(
                     role="tool",
-                    content=output,
+                    content=outputs[call.id],
                     tool_call_id=call.id,
                     name=call.name,
                     turn_id=self.turn_id,
                 )
             )
-        self.step_size = len(calls) + 1
-        return None
+        if waiting:
+            # The calls that ran are kept; the turn resumes here once a person decided.
+            await self._checkpoint()
+            raise AwaitingApproval(waiting)
+        self.completed += 1
+        await self._checkpoint()
+
+    def _needs_person(self, call: ToolCall, context: ToolContext) -> bool:
+        found = self.loop.registry.get(call.name)
+        if found is None:
+            return False  # it fails as an unknown tool
+        if found.requires_approval:
+            return True
+        policy = self.loop.config.approval
+        if policy is None:
+            return False
+        try:
+            args = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError:
+            return False  # it fails as invalid arguments
+        if not isinstance(args, dict):
+            return False
+        try:
+            return bool(policy(call.name, args, context))
+        except Exception:
+            log.warning("the approval policy raised for %s; it waits", call.name, exc_info=True)
+            return True
+
+    async def _checkpoint(self) -> None:
+        if self.on_step is not None:
+            await self.on_step(self.completed, list(self.new))
 
     async def _text_step(self, response: LLMResponse) -> RunResult | None:
         step = self._parse(response)
@@ -188,10 +324,17 @@ class Run:
             name=name,
             arguments=json.dumps(step.args, ensure_ascii=False),
         )
-        (output,) = await self._tools([call], response.truncated)
+        if self._needs_person(call, self.context):
+            # Parking needs call ids the model keeps: text modes cannot wait for a person.
+            self._check_stop()
+            output = await self.loop.executor.refuse(call, self.emitter, CANNOT_WAIT)
+        else:
+            (output,) = await self._tools([call], response.truncated)
         text = f"{OBSERVATION_PREFIX} ({name}): {output}"
         self._add(ChatMessage(role="user", content=text, turn_id=self.turn_id))
         self.step_size = 2
+        self.completed += 1
+        await self._checkpoint()
         return None
 
     def _parse(self, response: LLMResponse) -> ParsedStep | ParserError:
@@ -354,6 +497,16 @@ class _OverBudget(Exception):
     def __init__(self, which: str) -> None:
         super().__init__(which)
         self.which = which
+
+
+def _unanswered(messages: list[ChatMessage]) -> list[ToolCall]:
+    """The calls of the last assistant reply that have no tool result after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant":
+            answered = {m.tool_call_id for m in messages[index + 1 :] if m.role == "tool"}
+            return [c for c in message.tool_calls or [] if c.id not in answered]
+    return []
 
 
 def _answered_prefix(messages: list[ChatMessage]) -> list[ChatMessage]:

@@ -1,29 +1,43 @@
 """AgentRunner: one turn, end to end — load history, run the loop, commit, final.
 
 Every turn ends with exactly one ``final`` event, emitted after the commit, so a
-subscriber that sees ``final`` can read the committed history. The one exception
-is a lost lease (``StaleLeaseError`` at commit): the new lease holder owns the
-turn now, so this worker re-raises and emits nothing more.
+subscriber that sees ``final`` can read the committed history. The exceptions are
+a lost lease (``StaleLeaseError`` at commit): the new lease holder owns the turn
+now, and a turn committed already (``TurnCommittedError``: the store keeps a
+turn's first commit only): its final is the committed one. Either way this worker
+re-raises and emits nothing more.
 
 A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
 ``cancelled`` and the session's history is as it was before the turn.
+
+Every completed step is checkpointed as it completes (``StateStore.checkpoint_step``,
+fenced like the commit, kept apart from the conversation); a turn given its
+``checkpoint`` back (attempt n+1 after a lost worker) goes on from there. The
+commit drops the checkpoint; a cancelled turn discards it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from reactq.shared.bus import TurnEmitter
-from reactq.shared.errors import AgentMismatchError, ReactqError, StaleLeaseError
+from reactq.shared.errors import (
+    AgentMismatchError,
+    ReactqError,
+    StaleLeaseError,
+    TurnCommittedError,
+)
 from reactq.shared.events import ErrorEvent, FinalEvent
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.base import StateStore, TurnRecord
+from reactq.shared.protocol.approvals import Decision
+from reactq.shared.state.base import StateStore, TurnCheckpoint, TurnRecord
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.history import repair
 from reactq.worker.agent.loop import AgentLoop
+from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.tools import ToolContext
 
 __all__ = ["INTERRUPTED_MESSAGE", "AgentRunner"]
@@ -49,20 +63,31 @@ class AgentRunner:
         fence: int | None = None,
         cancel: CancelHandle | None = None,
         keep_partial: Callable[[], bool] | None = None,
+        checkpoint: TurnCheckpoint | None = None,
+        decisions: Mapping[str, Decision] | None = None,
     ) -> FinalEvent:
         """Run one turn and return its (already emitted) final event.
 
         ``cancel`` (an ``asyncio.Event`` or a zero-argument callable returning
         True) stops the turn between steps or mid-model-call; the final then has
         status ``cancelled`` and nothing is committed. Raises StaleLeaseError if
-        the commit is refused because a newer lease exists (no final is emitted
-        then), and re-raises CancelledError (the caller decides whether a
+        the commit is refused because a newer lease exists, TurnCommittedError if
+        the turn was committed already (no final is emitted then), and re-raises
+        CancelledError (the caller decides whether a
         cancelled task is final or re-run).
 
         ``keep_partial``, asked when the turn is cancelled, turns the cancel into
         an interrupt: the user message and the completed steps are committed,
         closed by an assistant message that marks the turn as interrupted, so the
         next turn runs on top of them.
+
+        ``checkpoint``: the turn's steps stored by an earlier attempt; the run goes
+        on after them, on the branch they were run on.
+
+        ``decisions`` (the worker pool passes them, empty for a turn not parked
+        before) lets the turn wait for people: a tool call that needs approval ends
+        the run with ``AwaitingApproval`` (no final; the step is checkpointed) for the
+        caller to park the turn. Without it such calls are denied.
         """
         cost: float | None = None
         signal = CancelSignal(cancel) if cancel is not None else None
@@ -75,6 +100,8 @@ class AgentRunner:
                     return await emitter.emit(
                         FinalEvent, text=INTERRUPTED_MESSAGE, status=TurnStatus.CANCELLED
                     )
+                if checkpoint is not None:
+                    await self.store.discard_checkpoint(session_id, turn_id)
                 return await emitter.emit(
                     FinalEvent,
                     text=self.loop.config.cancelled_message,
@@ -96,9 +123,33 @@ class AgentRunner:
             # The turn runs on the branch active when it starts, even if another
             # branch is switched to while it runs.
             branch = info.active_branch
+            resume: list[ChatMessage] = []
+            if checkpoint is not None:
+                branch = checkpoint.branch_id or branch
+                resume = checkpoint.messages
             history = repair(await self.store.get_messages(session_id, branch))
             context = ToolContext(session_id=session_id, turn_id=turn_id, attempt=emitter.attempt)
-            result = await self.loop.run([*history, user], emitter, context=context, cancel=cancel)
+
+            async def on_step(step: int, steps: list[ChatMessage]) -> None:
+                saved = TurnCheckpoint(
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    step=step,
+                    messages=steps,
+                    branch_id=branch,
+                    attempt=emitter.attempt,
+                )
+                await self.store.checkpoint_step(saved, fence=fence)
+
+            result = await self.loop.run(
+                [*history, user],
+                emitter,
+                context=context,
+                cancel=cancel,
+                resume=resume,
+                on_step=on_step,
+                decisions=decisions,
+            )
             if result.status is TurnStatus.CANCELLED:
                 if keep_partial is not None and keep_partial():
                     steps = result.messages[:-1]  # the last one is the cancel notice
@@ -112,6 +163,7 @@ class AgentRunner:
                         usage=result.usage,
                         cost=result.cost,
                     )
+                await self.store.discard_checkpoint(session_id, turn_id)
                 return await emitter.emit(
                     FinalEvent,
                     text=result.text,
@@ -136,7 +188,7 @@ class AgentRunner:
                 session_id, [user, *produced], record, fence=fence, branch_id=branch
             )
             text, status, usage, cost = result.text, result.status, result.usage, result.cost
-        except (StaleLeaseError, asyncio.CancelledError):
+        except (StaleLeaseError, TurnCommittedError, AwaitingApproval, asyncio.CancelledError):
             raise
         except Exception as exc:
             error = (

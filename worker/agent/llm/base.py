@@ -46,7 +46,7 @@ class RequestOptions:
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ValueError(f"max_tokens must be an int >= 1 or None, got {m!r}")
         r = self.reasoning_effort
-        if r is not None and (not isinstance(r, str) or not _REASONING_EFFORT_RE.match(r)):
+        if r is not None and (not isinstance(r, str) or not _REASONING_EFFORT_RE.fullmatch(r)):
             raise ValueError(
                 f"reasoning_effort must be a lowercase level such as 'low' or 'high', "
                 f"or None to leave it out; got {r!r}"

@@ -173,7 +173,7 @@ def _load(entry: Path, resolved: Path) -> Skill:
     name = front.get("name")
     if not name:
         raise fail("the frontmatter has no 'name'")
-    if len(name) > MAX_NAME_CHARS or not SKILL_NAME_RE.match(name):
+    if len(name) > MAX_NAME_CHARS or not SKILL_NAME_RE.fullmatch(name):
         raise fail(
             f"name {name!r} is invalid: use 1-{MAX_NAME_CHARS} lowercase letters and digits "
             "in hyphen-separated runs (e.g. 'pdf-tools')"

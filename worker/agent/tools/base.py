@@ -39,6 +39,10 @@ class ToolContext:
     """The turn; with ``attempt`` it lets a tool make its side effects idempotent."""
     attempt: int = 1
     """Which run of the turn (a turn is re-run after a lost worker)."""
+    resumed: bool = False
+    """True when an earlier attempt started this very call and did not record its
+    result (its worker died): the call may have had side effects already. Calls
+    whose results were recorded never run again."""
 
 
 class ToolArgumentsError(ToolError):
@@ -58,12 +62,16 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
         writes: bool = False,
+        requires_approval: bool = False,
     ) -> None:
         self.fn = fn
         self.writes = bool(writes)
         """True when the tool changes something: it then runs alone, never alongside others."""
+        self.requires_approval = bool(requires_approval)
+        """True when every call waits for a person's decision before it runs (the turn is
+        parked meanwhile: see ``Producer.approve``)."""
         self.name: str = name or fn.__name__
-        if not TOOL_NAME_RE.match(self.name):
+        if not TOOL_NAME_RE.fullmatch(self.name):
             raise ValueError(
                 f"tool name {self.name!r} is invalid: use 1-64 characters from [A-Za-z0-9_-]"
             )
@@ -140,6 +148,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     writes: bool = False,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -149,11 +158,14 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     writes: bool = False,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a Tool; use as ``@tool`` or ``@tool(name=..., timeout=..., writes=True)``.
 
     Consecutive calls of read-only tools in one step run concurrently; a tool
-    marked ``writes=True`` runs alone, in the order the model asked.
+    marked ``writes=True`` runs alone, in the order the model asked. A tool marked
+    ``requires_approval=True`` runs only once a person approved the call; on the
+    worker pool the turn waits parked, holding no worker, until then.
 
     The description defaults to the docstring's first paragraph; parameter
     descriptions come from ``Annotated[T, Field(description=...)]`` or from an
@@ -161,7 +173,14 @@ def tool(
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, timeout=timeout, writes=writes)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            writes=writes,
+            requires_approval=requires_approval,
+        )
 
     return wrap(fn) if fn is not None else wrap
 
