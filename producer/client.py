@@ -266,7 +266,8 @@ class Producer:
         return TurnHandle(self, turn, queued)
 
     async def cancel(self, turn_id: str) -> CancelResult:
-        """Cancel a turn: a queued one at once, a running one at its next step.
+        """Cancel a turn: a queued one, or one waiting for approval, at once (its steps
+        are dropped and the turns behind it go on); a running one at its next step.
 
         Cancelling a finished or unknown turn is a no-op that says so; it never
         raises for those.

@@ -12,7 +12,7 @@ any of them can stream any session.
     GET  /v1/sessions/{session_id}/events    Server-Sent Events: replay, then live
     GET  /v1/sessions/{session_id}/messages  the conversation (?branch=)
     GET  /v1/turns/{turn_id}                 status, attempt, final, pending approvals
-    POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it
+    POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it  202 404 409
     POST /v1/turns/{turn_id}/decisions       approve or deny waiting tool calls  200 404 409
     GET  /healthz  /readyz  /openapi.json  /  (the watch page)
 
@@ -52,8 +52,10 @@ from reactq.producer.gateway_models import (
     DecisionMade,
     DecisionsAccepted,
     DecisionsRequest,
+    ErrorBody,
     Health,
     Readiness,
+    SessionMessage,
     TurnAccepted,
     TurnCreate,
     TurnInfo,
@@ -63,9 +65,13 @@ from reactq.producer.gateway_sse import event_stream
 from reactq.producer.gateway_turns import find_turn, readiness
 from reactq.producer.metrics import install_metrics
 from reactq.shared.bus import validate_stream_id
-from reactq.shared.errors import ApprovalClosedError, ApprovalNotFoundError, DecisionConflictError
+from reactq.shared.errors import (
+    ApprovalClosedError,
+    ApprovalNotFoundError,
+    BranchNotFoundError,
+    DecisionConflictError,
+)
 from reactq.shared.logs import configure_logging
-from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.settings import Settings
 from reactq.shared.turns import SESSION_ID_RE, TurnStatus
@@ -250,9 +256,16 @@ async def stream_events(
 
 @router.get(
     "/sessions/{session_id}/messages",
-    response_model=list[ChatMessage],
+    response_model=list[SessionMessage],
     summary="A session's conversation",
-    responses={404: ERROR_RESPONSES[404], 503: ERROR_RESPONSES[503]},
+    responses={
+        404: {
+            "model": ErrorBody,
+            "description": "No such session (``session_not_found``) or no such branch in it "
+            "(``branch_not_found``)",
+        },
+        503: ERROR_RESPONSES[503],
+    },
 )
 async def session_messages(
     session_id: SessionId,
@@ -261,13 +274,23 @@ async def session_messages(
         str | None,
         Query(pattern=TURN_ID_PATTERN, description="A branch id (default: the active one)"),
     ] = None,
-) -> list[ChatMessage]:
-    """The messages of one branch of the session, oldest first."""
+) -> list[SessionMessage]:
+    """The messages of one branch of the session, oldest first, each with its
+    ``sequence`` in the branch and the ``turn_id`` that wrote it."""
     with state_store_errors():
         store = await gateway.producer.store()
         if await store.get_session(session_id) is None:
             raise GatewayError("no such session", status=404, error_code="session_not_found")
-        return await store.get_messages(session_id, branch_id=branch)
+        if branch is not None and branch not in {
+            b.branch_id for b in await store.list_branches(session_id)
+        }:
+            raise GatewayError(
+                f"session {session_id} has no branch {branch!r}",
+                status=404,
+                error_code=BranchNotFoundError.code,
+            )
+        messages = await store.get_messages(session_id, branch_id=branch)
+    return [SessionMessage.of(m) for m in messages]
 
 
 @router.get(
@@ -289,7 +312,15 @@ async def turn_info(turn_id: TurnId, gateway: GatewayDep) -> TurnInfo:
     status_code=202,
     response_model=CancelAccepted,
     summary="Cancel a turn",
-    responses={404: ERROR_RESPONSES[404], 501: ERROR_RESPONSES[501]},
+    responses={
+        404: ERROR_RESPONSES[404],
+        409: {
+            "model": ErrorBody,
+            "description": "The turn has finished already (``turn_finished``; ``turn_id`` "
+            "names it): nothing to cancel",
+        },
+        501: ERROR_RESPONSES[501],
+    },
 )
 async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
     """Ask the pool to cancel a queued or running turn (its final says ``cancelled``)."""
@@ -303,6 +334,15 @@ async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
     result = await cancel(turn_id)
     if result.outcome is CancelOutcome.UNKNOWN or result.session_id is None:
         raise GatewayError("no such turn", status=404, error_code="turn_not_found")
+    if result.outcome is CancelOutcome.ALREADY_FINISHED:
+        raise GatewayError(
+            f"turn {turn_id} has finished already"
+            + (f" ({result.status})" if result.status else "")
+            + ": nothing to cancel",
+            status=409,
+            error_code="turn_finished",
+            turn_id=turn_id,
+        )
     return CancelAccepted(
         turn_id=turn_id, session_id=result.session_id, outcome=result.outcome, status=result.status
     )

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from reactq.producer.gateway_models import TurnAccepted
+from reactq.producer.gateway_models import DecisionsAccepted, TurnAccepted
 from reactq.shared.errors import ReactqError
 from reactq.shared.events import Event, parse_event
 
@@ -99,6 +99,25 @@ class GatewayClient:
         )
         _raise_for(response)
         return TurnAccepted.model_validate(response.json())
+
+    async def decide(
+        self,
+        turn_id: str,
+        decisions: dict[str, bool | str],
+        *,
+        notes: dict[str, str] | None = None,
+        by: str | None = None,
+    ) -> DecisionsAccepted:
+        """Decide a turn's waiting tool calls (``{call_id: True | False | "reason"}``);
+        raises the shared error the gateway reported (``DecisionConflictError``...)."""
+        body: dict[str, Any] = {"decisions": decisions, "notes": notes or {}}
+        if by:
+            body["by"] = by
+        response = await self._http.post(
+            f"/v1/turns/{quote(turn_id, safe='')}/decisions", json=body
+        )
+        _raise_for(response)
+        return DecisionsAccepted.model_validate(response.json())
 
     def events(
         self, session_id: str, *, after: str | None = "0", turn_id: str | None = None

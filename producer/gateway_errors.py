@@ -42,9 +42,11 @@ _DESCRIPTIONS = {
     # A path parameter holding "/" can land on another route's path.
     405: "Method not allowed on that path",
     409: "Refused by the session's or the turn's state (a strategy rejected the turn, another "
-    "agent owns the session, a call was decided already, the turn waits for no decision)",
+    "agent owns the session, a call was decided already, the turn waits for no decision, "
+    "the turn has finished: ``turn_finished``)",
     413: "The request body or the message is over its size limit",
-    422: "Invalid input: ``field`` and ``errors`` say which and why",
+    422: "Invalid input: ``field`` and ``errors`` say which and why (``invalid_json``: "
+    "the body is not JSON)",
     501: "Not available in this version",
     503: "A service the gateway needs does not answer",
 }
@@ -62,9 +64,10 @@ SUBMIT_REFUSALS: dict[int | str, dict[str, Any]] = {
     422: {
         "model": ErrorBody,
         "description": "Invalid input, including input the schema allows but the pool refuses: "
-        "an agent no worker hosts (``field``: ``body.agent``), a blank message "
-        "(``body.message``), metadata that does not serialise to JSON, such as a lone "
-        "surrogate (``body.metadata``), a session id of '.' or '..' (``path.session_id``); "
+        "an agent no worker hosts (``field``: ``body.agent``), an empty or blank message "
+        "(``empty_message``, ``body.message``), a body that is not JSON (``invalid_json``), "
+        "metadata that does not serialise to JSON, such as a lone surrogate (``body.metadata``), "
+        "a session id of '.' or '..' (``path.session_id``); "
         "``field`` and ``errors`` say which and why",
     },
 }
@@ -102,16 +105,24 @@ class GatewayError(ReactqError):
         status: int = 500,
         error_code: str = "internal_error",
         field: str | None = None,
+        turn_id: str | None = None,
     ) -> None:
-        super().__init__(message, status=status, error_code=error_code, field=field)
+        super().__init__(
+            message, status=status, error_code=error_code, field=field, turn_id=turn_id
+        )
         self.status = status
         self.error_code = error_code
         self.field = field
+        self.turn_id = turn_id
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``ErrorBody`` fields: the per-response code, message and field."""
+        """The ``ErrorBody`` fields: the per-response code, message, field and turn."""
         body = {"code": self.error_code, "message": self.message}
-        return body if self.field is None else {**body, "field": self.field}
+        if self.field is not None:
+            body["field"] = self.field
+        if self.turn_id is not None:
+            body["turn_id"] = self.turn_id
+        return body
 
 
 def _json(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -125,17 +136,35 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    body = ErrorBody(code=exc.error_code, message=exc.message, field=exc.field)
+    body = ErrorBody(code=exc.error_code, message=exc.message, field=exc.field, turn_id=exc.turn_id)
     return _json(exc.status, body, headers)
+
+
+def _invalid_json(reason: str) -> JSONResponse:
+    body = ErrorBody(
+        code="invalid_json",
+        message=f"the request body is not JSON: {reason}",
+        field="body",
+        errors=[FieldError(field="body", reason=reason)],
+    )
+    return _json(422, body)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [FieldError(field=_field(e["loc"]), reason=e["msg"]) for e in exc.errors()]
+    raw = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in raw):
+        # FastAPI reports a body it could not parse at ``body.<offset>``.
+        return _invalid_json(str(raw[0].get("msg", "JSON decode error")))
+    errors = [FieldError(field=_field(e["loc"]), reason=e["msg"]) for e in raw]
     first = errors[0] if errors else None
     message = f"{first.field}: {first.reason}" if first else "invalid request"
+    code = "invalid_request"
+    if raw and tuple(raw[0]["loc"]) == ("body", "message") and raw[0]["type"] == "string_too_short":
+        # The same word as a message of blanks (EmptyMessageError, from the producer).
+        code, message = EmptyMessageError.code, "the message is empty: send some text"
     body = ErrorBody(
-        code="invalid_request",
+        code=code,
         message=message,
         field=first.field if first else None,
         errors=errors,
@@ -200,13 +229,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 400:
         # FastAPI's word for a body it could not decode (not UTF-8, not JSON): invalid
         # input like any other, so 422 naming the body.
-        body = ErrorBody(
-            code="invalid_request",
-            message=f"body: {exc.detail}",
-            field="body",
-            errors=[FieldError(field="body", reason=str(exc.detail))],
-        )
-        return _json(422, body)
+        return _invalid_json(str(exc.detail))
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return _json(
         exc.status_code, ErrorBody(code=code, message=str(exc.detail)), dict(exc.headers or {})

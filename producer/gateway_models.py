@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.events import FinalEvent
+from reactq.shared.messages import ChatMessage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 AGENT_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -153,6 +154,22 @@ class ErrorBody(BaseModel):
     """Every field at fault, for invalid input."""
     turn_id: str | None = None
     """The refused turn, when a strategy rejected it (its final says ``rejected``)."""
+
+
+class SessionMessage(ChatMessage):
+    """One message of a session's conversation, where it sits and who wrote it."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    turn_id: str | None = None
+    """The turn that wrote it (None for a message stored outside a turn)."""
+    sequence: int | None = None
+    """Its 1-based position in the branch's history."""
+
+    @classmethod
+    def of(cls, message: ChatMessage) -> SessionMessage:
+        """``message`` with its ``turn_id`` and ``sequence`` shown."""
+        return cls(**dict(message))
 
 
 class Health(BaseModel):

@@ -40,6 +40,8 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
             line = f"queued     {event.turn_id} for agent {event.agent}: {_short(event.message)}"
         case "started":
             line = f"started    attempt {event.attempt} on {event.worker or 'a worker'}"
+            if event.resumed_from_step is not None:
+                line += f", resuming after step {event.resumed_from_step}"
         case "thought":
             line = f"thought    {_short(event.text)}"
         case "action":
@@ -50,6 +52,15 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
             line = f"tool error {event.tool}: {_short(event.error)}"
         case "error":
             line = f"error      {event.code}: {_short(event.message)}"
+        case "approval_requested":
+            waiting = "; ".join(
+                f"{_call(c['tool'], c['arguments'])} (call {c['call_id']})" for c in event.calls
+            )
+            line = f"approval?  {waiting}: reactq approve|deny {event.turn_id} CALL"
+        case "approval_decided":
+            verdict = "approved" if event.approved else "denied"
+            why = f": {_short(event.reason)}" if event.reason else ""
+            line = f"decided    call {event.call_id} {verdict} by {event.by}{why}"
         case "final":
             # Endings the protocol writes start with their status ("cancelled: ..."),
             # which the [status] label already says.

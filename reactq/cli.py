@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from reactq import __version__
@@ -37,7 +37,8 @@ from reactq.producer.render import render
 from reactq.shared.errors import ConfigError, ReactqError, ServiceUnavailableError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.logs import configure_logging
-from reactq.shared.services import service_error
+from reactq.shared.protocol.outcomes import CancelOutcome
+from reactq.shared.services import Service, service_error, unavailable
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import configure_tracing
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
@@ -59,6 +60,19 @@ def _print_event(event: Event, as_json: bool, *, tag: bool = False) -> None:
     line = render(event, show_turn=tag)
     if line is not None:
         print(line, flush=True)
+
+
+async def _through_gateway(
+    args: argparse.Namespace, run: Callable[[argparse.Namespace], Awaitable[int]]
+) -> int:
+    """``run`` against ``--gateway``; a gateway that cannot be reached is one line."""
+    import httpx2  # the gateway extra: GatewayClient's HTTP client
+
+    try:
+        return await run(args)
+    except httpx2.TransportError as exc:
+        gateway = Service("gateway", "the gateway", args.gateway, "--gateway")
+        raise unavailable(gateway, exc) from None
 
 
 async def _send_via_gateway(args: argparse.Namespace) -> int:
@@ -84,7 +98,7 @@ async def _watch_via_gateway(args: argparse.Namespace) -> int:
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         async for event in client.events(args.session, after=args.from_id or "$"):
-            _print_event(event, args.json)
+            _print_event(event, args.json, tag=True)
     return 0
 
 
@@ -95,7 +109,7 @@ def _client_key() -> str | None:
 
 async def _send(args: argparse.Namespace) -> int:
     if args.gateway:
-        return await _send_via_gateway(args)
+        return await _through_gateway(args, _send_via_gateway)
 
     async with Producer.from_env() as producer:
         handle = await producer.submit(
@@ -147,7 +161,7 @@ async def _warn_if_no_live_worker(producer: Producer, agent: str) -> None:
 
 async def _watch(args: argparse.Namespace) -> int:
     if args.gateway:
-        return await _watch_via_gateway(args)
+        return await _through_gateway(args, _watch_via_gateway)
 
     settings = Settings.from_env()
     async with Producer(settings) as producer:
@@ -187,6 +201,14 @@ async def _cancel(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{result.turn_id}: {result.outcome.replace('_', ' ')}")
+    if result.outcome == CancelOutcome.ALREADY_FINISHED:
+        # Nothing to cancel: the gateway's 409 ``turn_finished``, as an error line.
+        message = f"turn {result.turn_id} has finished already: nothing to cancel"
+        if args.json:
+            print(json.dumps({"code": "turn_finished", "message": message}), file=sys.stderr)
+        else:
+            print(f"reactq: error: {message} [turn_finished]", file=sys.stderr)
+        return EXIT_ERROR
     return 0
 
 
@@ -472,7 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel",
         "cancel a queued or running turn",
         "A queued turn ends at once, a running one before its next model or tool call; "
-        "either way nothing of it is committed.",
+        "either way nothing of it is committed. A turn that has finished already exits 2 "
+        "with [turn_finished] (the gateway's 409).",
     )
     c.add_argument("turn_id", help="the turn's id (t_..., printed by send)")
     c.add_argument("--json", action="store_true", help="the outcome as a JSON object")

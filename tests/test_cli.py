@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from reactq import Producer, Settings
 from reactq.shared.keys import Keys
 from reactq.shared.protocol.registry import WorkerRegistry
 from tests.helpers import ROOT, running_pool, sleepy_lookup
@@ -146,9 +147,11 @@ def test_watch_history_and_branches_of_an_unknown_session_fail(cli_env: dict[str
         [REACTQ, "watch", sid, "--from", "0"], env=cli_env, cwd=ROOT, stdout=subprocess.PIPE,
         text=True,
     ) as watch:  # fmt: skip
-        assert watch.stdout is not None
-        first = watch.stdout.readline()
-        watch.terminate()
+        try:
+            assert watch.stdout is not None
+            first = watch.stdout.readline()
+        finally:
+            watch.terminate()  # it follows forever
     assert "queued" in first
 
 
@@ -186,27 +189,30 @@ def test_send_says_when_no_live_worker_hosts_the_agent(cli_env: dict[str, str]) 
 def test_watch_tags_interleaved_turns_and_says_cancelled_once(cli_env: dict[str, str]) -> None:
     sid = f"cli-{uuid.uuid4().hex[:8]}"
     lines: list[str] = []
-    ids = []
+    first = reactq(cli_env, "send", sid, "sleep=2 first", "--agent", "e2e", "--no-follow")
+    assert first.returncode == 0, first.stderr
+    ids = [first.stdout.strip()]
 
-    def send(message: str) -> None:
-        out = reactq(cli_env, "send", sid, message, "--agent", "e2e", "--no-follow")
-        assert out.returncode == 0, out.stderr
-        ids.append(out.stdout.strip())
+    async def queue_two_and_cancel_one() -> None:
+        # Behind the running first turn (two model calls of 2 s), within milliseconds.
+        async with Producer(Settings.from_env(cli_env)) as producer:
+            for message in ("second", "third"):
+                ids.append((await producer.submit(sid, message, agent="e2e")).turn_id)
+            assert (await producer.cancel(ids[1])).outcome == "cancelled"
 
-    send("sleep=3 first")  # two model calls of 3 s: the others queue behind it
     with subprocess.Popen(
         [REACTQ, "watch", sid, "--from", "0"], env=cli_env, cwd=ROOT, stdout=subprocess.PIPE,
         text=True,
     ) as watch:  # fmt: skip
-        send("second")
-        send("third")
-        assert reactq(cli_env, "cancel", ids[1]).stdout.strip().endswith("cancelled")
-        assert watch.stdout is not None
-        for line in watch.stdout:
-            lines.append(line.rstrip("\n"))
-            if line.startswith(ids[2][:8]) and " final " in line:
-                break
-        watch.terminate()
+        try:
+            asyncio.run(queue_two_and_cancel_one())
+            assert watch.stdout is not None
+            for line in watch.stdout:
+                lines.append(line.rstrip("\n"))
+                if sum(" final " in seen for seen in lines) == len(ids):
+                    break  # every turn ended (tagged or not: a regression fails, not hangs)
+        finally:
+            watch.terminate()  # it follows forever
     # Every line starts with its turn's tag, and the turns did interleave.
     tags = [line.split(" ", 1)[0] for line in lines]
     assert set(tags) == {i[:8] for i in ids}, lines

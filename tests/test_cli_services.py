@@ -205,3 +205,13 @@ def test_worker_with_the_broker_down(env: dict[str, str], tmp_path: Path) -> Non
     env["REACTQ_BROKER_URL"] = f"redis://127.0.0.1:{port}/0"
     out = run_cli(env, "worker", "--agents", "reactq.demo.weather:agent", cwd=tmp_path, timeout=60)
     one_line_error(out, "broker", f"redis://127.0.0.1:{port}/0", "REACTQ_BROKER_URL")
+
+
+# --- the gateway (send/watch --gateway) ------------------------------------------------
+
+
+def test_send_through_a_gateway_that_is_down(env: dict[str, str], tmp_path: Path) -> None:
+    # (`watch --gateway` says the same, after the client's reconnection attempts.)
+    url = f"http://127.0.0.1:{free_port()}"
+    out = run_cli(env, "send", "s", "hi", "--agent", "weather", "--gateway", url, cwd=tmp_path)
+    one_line_error(out, "cannot reach the gateway", url, "--gateway")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from reactq.producer import Producer
+from reactq.producer.sync import SyncProducer
 from reactq.shared.errors import (
     ApprovalClosedError,
     ApprovalNotFoundError,
@@ -32,6 +33,7 @@ from reactq.shared.settings import Settings
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from tests.helpers import WorkerPool, last_user_text, wait_until
+from tests.test_browser import driver  # noqa: F401 - the fixture registers by import
 
 pytestmark = pytest.mark.e2e
 
@@ -238,7 +240,12 @@ async def test_cancel_while_waiting_and_fifo_behind_a_waiting_turn(
     (call,) = (await parked(p, s, first.turn_id)).calls
     second = await p.submit(s, "plain behind", agent="durable")
     assert await p.turn_status(second.turn_id) is TurnStatus.QUEUED
-    await p.decide(first.turn_id, {call["call_id"]: True})
+    # From blocking code: the same calls on SyncProducer (its own loop, in a thread).
+    with SyncProducer(Settings.from_env(env)) as sync:
+        waiting = await asyncio.to_thread(sync.pending_approvals, s)
+        assert [(a.turn_id, a.call_id) for a in waiting] == [(first.turn_id, call["call_id"])]
+        decided = await asyncio.to_thread(sync.decide, first.turn_id, {call["call_id"]: True})
+    assert decided.ready
     assert (await first.result(timeout=30)).text == "result: paid 5"
     assert (await second.result(timeout=30)).text == "plain done: plain behind"
     history = [m.content for m in await p.history(s) if m.role == "user"]
@@ -304,6 +311,20 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             assert http.get(f"/v1/turns/{handle.turn_id}").json()["pending_approvals"] == []
             closed = http.post(url, json={"decisions": {call["call_id"]: True}})
             assert closed.status_code == 409, closed.text
+        # GatewayClient raises the shared errors.
+        from reactq.producer.gateway_client import GatewayClient
+
+        async with GatewayClient(gateway.url) as client:
+            with pytest.raises(ApprovalClosedError):  # it finished
+                await client.decide(handle.turn_id, {call["call_id"]: False})
+            s3 = sid()
+            third = await p.submit(s3, f"pay path={effects}.gw", agent="durable")
+            (call3,) = (await parked(p, s3, third.turn_id)).calls
+            made = await client.decide(third.turn_id, {call3["call_id"]: "no thanks"}, by="gc")
+            assert made.ready and made.decided[0].by == "gc"
+            assert (await third.result(timeout=30)).text == (
+                "result: Error: the call was denied: no thanks"
+            )
     except httpx2.HTTPError:
         print(gateway.logs())
         raise
@@ -322,3 +343,77 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
     late = run_cli(env, "approve", denied.turn_id, call["call_id"], "--note", "late")
     assert late.returncode != 0
     assert "decision_conflict" in late.stderr or "approval_closed" in late.stderr
+
+
+async def test_rollback_and_interrupt_end_a_waiting_turn(
+    make_pool, producers, tmp_path: Path
+) -> None:
+    _, env = make_pool(1)
+    p = producers(env)
+    effects = tmp_path / "paid.txt"
+
+    # rollback: the waiting turn is discarded, the new one runs on the state before it.
+    s = sid()
+    waiting = await p.submit(s, f"pay path={effects}", agent="durable")
+    await parked(p, s, waiting.turn_id)
+    new = await p.submit(s, "plain instead", agent="durable", strategy="rollback")
+    assert (await waiting.result(timeout=30)).status == "cancelled"
+    assert (await new.result(timeout=30)).text == "plain done: plain instead"
+    assert [m.content for m in await p.history(s) if m.role == "user"] == ["plain instead"]
+
+    # interrupt: the waiting turn's completed steps are kept (none here: the reply
+    # whose call waited has no result), closed by the interrupted marker.
+    s2 = sid()
+    waiting = await p.submit(s2, f"pay path={effects}", agent="durable")
+    await parked(p, s2, waiting.turn_id)
+    new = await p.submit(s2, "plain on top", agent="durable", strategy="interrupt")
+    assert (await waiting.result(timeout=30)).status == "cancelled"
+    assert (await new.result(timeout=30)).text == "plain done: plain on top"
+    roles = [m.role for m in await p.history(s2)]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert lines(effects) == []
+    for turn in (waiting.turn_id, new.turn_id):
+        events = await events_of(p, s2, turn)
+        assert sum(isinstance(e, FinalEvent) for e in events) == 1
+
+
+def test_the_page_approves_a_waiting_call(make_pool, driver: Any, tmp_path: Path) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    from tests.gateway_support import start_gateway
+    from tests.test_browser import _wait
+
+    _, env = make_pool(1)
+    gateway = start_gateway(env, tmp_path, None, name="page")
+    effects = tmp_path / "paid.txt"
+    try:
+        driver.get(gateway.url + "/")
+        for field in ("session", "agent"):
+            driver.find_element(By.ID, field).clear()
+        driver.find_element(By.ID, "session").send_keys(sid())
+        driver.find_element(By.ID, "agent").send_keys("durable")
+        driver.find_element(By.ID, "message").send_keys(f"pay path={effects}")
+        driver.find_element(By.ID, "send").click()
+        approve = _wait(
+            driver,
+            lambda d: (d.find_elements(By.CSS_SELECTOR, ".ev.approval button.approve") or [None])[
+                0
+            ],
+            "the Approve button",
+        )
+        assert driver.find_elements(By.CSS_SELECTOR, ".ev.approval button.deny")
+        assert "awaiting_approval" in driver.find_element(By.CSS_SELECTOR, ".status").text
+        approve.click()
+        _wait(
+            driver,
+            lambda d: any(
+                "result: paid 5" in e.text for e in d.find_elements(By.CSS_SELECTOR, ".ev.final")
+            ),
+            "the answer after the approval",
+        )
+        decided = driver.find_elements(By.CSS_SELECTOR, ".ev.decided")
+        assert decided and "by page" in decided[0].text
+        assert not driver.find_elements(By.CSS_SELECTOR, ".ev.approval button")
+        assert lines(effects) == ["pay 5 attempt=2 resumed=False"]
+    finally:
+        gateway.stop()

@@ -23,6 +23,7 @@ from reactq.shared.metrics import WorkerMetrics
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import tracer
 from reactq.worker.agent.interventions import Hooks, ToolCallInfo, call_hook
+from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.definitions import Agent
 
@@ -71,6 +72,9 @@ class ObservedRunner(AgentRunner):
                         final = await super().run_turn(**kwargs)
             status = str(final.status)
             return final
+        except AwaitingApproval:
+            status = "awaiting_approval"  # parked: it resumes as a new attempt
+            raise
         except asyncio.CancelledError:
             status = "cancelled"
             raise
@@ -82,7 +86,7 @@ class ObservedRunner(AgentRunner):
                 m.turn_duration.labels(agent, status).observe(elapsed)
             if span is not None:
                 span.set_attribute("reactq.turn.status", status)
-                if status not in ("completed", "cancelled"):
+                if status not in ("completed", "cancelled", "awaiting_approval"):
                     from opentelemetry.trace import Status, StatusCode
 
                     span.set_status(Status(StatusCode.ERROR, status))

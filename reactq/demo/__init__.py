@@ -25,6 +25,7 @@ from reactq.producer.client import Producer
 from reactq.producer.render import render
 from reactq.shared.events import Event
 from reactq.shared.redis_client import forget_namespace
+from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
 from reactq.worker.cli import model_endpoint
 from reactq.worker.definitions import Agent, load_agents
@@ -65,8 +66,10 @@ def run_demo(sessions: int = 4, in_process: bool = False) -> int:
     """
     agents = load_agents([DEMO_AGENT])
     settings = Settings.from_env()
+    state = redact_url(settings.database_url)
     with contextlib.ExitStack() as stack:
         if "database_url" not in settings.model_fields_set:
+            state = "a throwaway SQLite database, removed now"
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="reactq-demo-")))
             settings = settings.model_copy(
                 update={"database_url": f"sqlite+aiosqlite:///{scratch / 'state.db'}"}
@@ -76,10 +79,10 @@ def run_demo(sessions: int = 4, in_process: bool = False) -> int:
             return asyncio.run(_pool_demo(settings, sessions))
         reason = "as asked" if in_process else f"Redis does not answer at {settings.redis_url}"
         print(f"reactq demo: {reason}: running the agent in-process on SQLite, no pool.\n")
-        return asyncio.run(_local_demo(settings, agents["weather"], sessions))
+        return asyncio.run(_local_demo(settings, agents["weather"], sessions, state))
 
 
-async def _local_demo(settings: Settings, agent: Agent, sessions: int) -> int:
+async def _local_demo(settings: Settings, agent: Agent, sessions: int, state: str) -> int:
     tag = uuid.uuid4().hex[:6]
     ok = 0
     plan = _plan(sessions, tag)
@@ -87,9 +90,7 @@ async def _local_demo(settings: Settings, agent: Agent, sessions: int) -> int:
         print(f"--- {sid}: {message}")
         final = await run_local_turn(settings, agent, sid, message, on_event=_print_line)
         ok += final.status == "completed"
-    print(
-        f"\nsummary: {ok}/{len(plan)} turns completed in-process (state: {settings.database_url})"
-    )
+    print(f"\nsummary: {ok}/{len(plan)} turns completed in-process (state: {state})")
     return 0 if ok == len(plan) else 1
 
 

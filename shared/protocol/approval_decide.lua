@@ -19,7 +19,6 @@ if redis.call('HGET', KEYS[1], 'state') ~= 'waiting' then
   end
   return {'closed', redis.call('HGET', KEYS[2], ARGV[1]) or ''}
 end
-if now >= tonumber(redis.call('HGET', KEYS[1], 'expires')) then return {'expired'} end
 local calls = cjson.decode(redis.call('HGET', KEYS[1], 'calls'))
 local known = {}
 for _, call in ipairs(calls) do known[call['call_id']] = true end
@@ -28,6 +27,8 @@ for _, d in ipairs(wanted) do
   local prior = redis.call('HGET', KEYS[1], 'd:' .. d['call_id'])
   if prior then return {'conflict', d['call_id'], prior} end
 end
+-- Past the expiry the timeout has won, though no claim has written its denials yet.
+if now >= tonumber(redis.call('HGET', KEYS[1], 'expires')) then return {'expired'} end
 for _, d in ipairs(wanted) do
   d['by'] = ARGV[3]
   d['at'] = now

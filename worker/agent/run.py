@@ -48,6 +48,7 @@ __all__ = [
     "OnStep",
     "Run",
     "RunResult",
+    "answered_prefix",
 ]
 
 log = logging.getLogger("reactq.agent")
@@ -486,7 +487,7 @@ class Run:
     ) -> RunResult:
         if not keep:
             # Keep the history valid for the next turn: every tool call answered.
-            self.new = _answered_prefix(self.new)
+            self.new = answered_prefix(self.new)
         self.new.append(ChatMessage(role="assistant", content=text, turn_id=self.turn_id))
         return RunResult(status, text, self.new, self.meter.totals, error, self.meter.cost)
 
@@ -509,7 +510,7 @@ def _unanswered(messages: list[ChatMessage]) -> list[ToolCall]:
     return []
 
 
-def _answered_prefix(messages: list[ChatMessage]) -> list[ChatMessage]:
+def answered_prefix(messages: list[ChatMessage]) -> list[ChatMessage]:
     """The longest prefix in which every assistant tool call has its tool result."""
     valid = 0
     pending: set[str] = set()

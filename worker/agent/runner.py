@@ -37,7 +37,7 @@ from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.history import repair
 from reactq.worker.agent.loop import AgentLoop
-from reactq.worker.agent.run import AwaitingApproval
+from reactq.worker.agent.run import AwaitingApproval, answered_prefix
 from reactq.worker.agent.tools import ToolContext
 
 __all__ = ["INTERRUPTED_MESSAGE", "AgentRunner"]
@@ -95,8 +95,13 @@ class AgentRunner:
             user = ChatMessage(role="user", content=message, turn_id=turn_id)
             if signal is not None and signal.is_set():
                 if keep_partial is not None and keep_partial():
-                    # Stopped before it read any branch: the active one is its branch.
-                    await self._commit_interrupted(session_id, user, [], emitter, fence, None)
+                    # Stopped before it read any branch: the active one is its branch,
+                    # unless an earlier attempt's checkpoint says which (its steps kept).
+                    kept = answered_prefix(checkpoint.messages) if checkpoint else []
+                    branch_id = checkpoint.branch_id if checkpoint else None
+                    await self._commit_interrupted(
+                        session_id, user, kept, emitter, fence, branch_id
+                    )
                     return await emitter.emit(
                         FinalEvent, text=INTERRUPTED_MESSAGE, status=TurnStatus.CANCELLED
                     )
