@@ -137,9 +137,9 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
             await asyncio.sleep(0.2)
         plan = _plan(sessions, tag)
         per_worker: Counter[str] = Counter()
+        turns = Counter(s for s, _ in plan)
         watchers = {
-            sid: asyncio.create_task(_watch(producer, sid, per_worker))
-            for sid in dict.fromkeys(s for s, _ in plan)
+            sid: asyncio.create_task(_watch(producer, sid, per_worker, turns[sid])) for sid in turns
         }
         await asyncio.sleep(0.1)
         started = time.monotonic()
@@ -158,9 +158,11 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
                 order_ok = False
             finished_at[sid] = position
         elapsed = time.monotonic() - started
-        for task in watchers.values():
+        # Each watcher ends after its session's last final; waiting on them (rather
+        # than cancelling) lets the last lines print, and bounds a stuck reader.
+        _, stuck = await asyncio.wait(watchers.values(), timeout=10)
+        for task in stuck:
             task.cancel()
-        await asyncio.gather(*watchers.values(), return_exceptions=True)
         print(
             f"\nsummary: {completed}/{len(plan)} turns completed over {len(watchers)} sessions "
             f"on 2 workers in {elapsed:.2f}s; order kept per session: "
@@ -181,13 +183,19 @@ async def _pool_demo(settings: Settings, sessions: int) -> int:
         forget_namespace(settings.redis_url, namespace)  # the demo leaves Redis as it was
 
 
-async def _watch(producer: Producer, sid: str, per_worker: Counter[str]) -> None:
+async def _watch(producer: Producer, sid: str, per_worker: Counter[str], turns: int) -> None:
+    """Print a session's events until its ``turns`` turns have each ended."""
+    finals = 0
     async for event in producer.subscribe(sid, after="0"):
         if event.type == "started":
             per_worker[event.worker] += 1
         line = render(event, show_session=True)
         if line:
             print(line, flush=True)
+        if event.type == "final":
+            finals += 1
+            if finals == turns:
+                return
 
 
 def _stream_position(event_id: str) -> tuple[int, int]:
