@@ -395,16 +395,7 @@ class SqlStateStore:
         }
 
         async def op(conn: AsyncConnection) -> None:
-            active, stored = await ops.lock_session(conn, session_id)
-            if fence is not None:
-                if stored > fence:
-                    raise stale(session_id, stored, fence)
-                if fence > stored:
-                    await conn.execute(
-                        update(sessions)
-                        .where(sessions.c.session_id == session_id)
-                        .values(fence=fence, updated_at=time.time())
-                    )
+            active = await ops.lock_fenced(conn, session_id, fence)
             # The turn's record first: its primary key makes it the turn's one commit.
             # A record already there (or one a concurrent transaction is writing, which
             # this insert waits for) refuses the commit, and the raise rolls it back.
@@ -458,16 +449,7 @@ class SqlStateStore:
         }
 
         async def op(conn: AsyncConnection) -> None:
-            _active, stored = await ops.lock_session(conn, session_id)
-            if fence is not None:
-                if stored > fence:
-                    raise stale(session_id, stored, fence)
-                if fence > stored:
-                    await conn.execute(
-                        update(sessions)
-                        .where(sessions.c.session_id == session_id)
-                        .values(fence=fence, updated_at=time.time())
-                    )
+            await ops.lock_fenced(conn, session_id, fence)
             done = await conn.execute(select(turns.c.turn_id).where(turns.c.turn_id == turn_id))
             if done.first() is not None:
                 raise committed_twice(session_id, turn_id)

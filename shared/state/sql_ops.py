@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reactq.shared.errors import BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, view_ranges
+from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, stale, view_ranges
 from reactq.shared.state.sql_schema import branches, message_row, messages, sessions, to_message
 
 
@@ -44,6 +44,25 @@ async def lock_session(conn: AsyncConnection, session_id: str) -> tuple[str, int
     if found is None:
         raise SessionNotFoundError(f"no session {session_id!r} in the store")
     return found
+
+
+async def lock_fenced(conn: AsyncConnection, session_id: str, fence: int | None) -> str:
+    """Lock the session's row for a fenced write and return its active branch.
+
+    StaleLeaseError when a newer token than ``fence`` is recorded; a newer ``fence``
+    is recorded in the same transaction. ``fence`` None writes unfenced.
+    """
+    active, stored = await lock_session(conn, session_id)
+    if fence is not None:
+        if stored > fence:
+            raise stale(session_id, stored, fence)
+        if fence > stored:
+            await conn.execute(
+                update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values(fence=fence, updated_at=time.time())
+            )
+    return active
 
 
 async def lock_session_if_any(conn: AsyncConnection, session_id: str) -> tuple[str, int] | None:
