@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
-import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -50,12 +48,6 @@ from reactq.shared.turns import (
 )
 
 __all__ = ["CancelResult", "DecideOutcome", "PendingApproval", "Producer", "TurnHandle"]
-
-
-def _default_decider() -> str:
-    with contextlib.suppress(Exception):
-        return f"{getpass.getuser()}@{socket.gethostname()}"
-    return "producer"
 
 
 def _decisions(
@@ -315,8 +307,8 @@ class Producer:
         approves, ``False`` denies, a string denies with that reason; ``notes`` adds a
         note to an approval.
 
-        Each decision is published as an ``approval_decided`` event naming ``by`` (the
-        user and host by default). When every waiting call of the turn has one, the
+        Each decision is published as an ``approval_decided`` event naming ``by``
+        (``producer`` by default). When every waiting call of the turn has one, the
         turn resumes on a free worker. Raises ApprovalNotFoundError (unknown turn or
         call), ApprovalClosedError (the turn waits for nothing: finished, running,
         queued) or DecisionConflictError (a call was decided already; of two racing
@@ -336,7 +328,7 @@ class Producer:
         session_id = await self.queue.session_of(turn_id)
         if session_id is None:
             raise ApprovalNotFoundError(f"turn {turn_id} is unknown", turn_id=turn_id)
-        decider = by or _default_decider()
+        decider = by or "producer"
         outcome = await self.approvals.decide(session_id, turn_id, decisions, decider)
         for decision in outcome.decided:
             await self.bus.publish(

@@ -157,6 +157,16 @@ async def _require_key(
         )
 
 
+async def _caller(
+    gateway: GatewayDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> str | None:
+    """The name of the API key the request carries (None when the gateway has none)."""
+    return gateway.keys.identify(credentials.credentials if credentials else None)
+
+
+CallerDep = Annotated[str | None, Depends(_caller)]
+
 router = APIRouter(prefix="/v1", dependencies=[Depends(_require_key)], responses=ERROR_RESPONSES)
 
 
@@ -355,16 +365,22 @@ async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
     responses={404: ERROR_RESPONSES[404], 409: ERROR_RESPONSES[409]},
 )
 async def decide_turn(
-    turn_id: TurnId, body: DecisionsRequest, gateway: GatewayDep
+    turn_id: TurnId, body: DecisionsRequest, gateway: GatewayDep, caller: CallerDep
 ) -> DecisionsAccepted:
     """Record decisions on the tool calls a turn waits for (all or none). 404: no such
     turn or call; 409: a call was decided already (of two racing deciders exactly one
-    wins) or the turn waits for nothing."""
+    wins) or the turn waits for nothing.
+
+    The decider recorded is the API key's name: a ``by`` in the body is what the
+    caller says about itself, so it is kept after the key's name (``ops for alice``),
+    never instead of it."""
     producer = gateway.producer
+    if caller is None:
+        by = body.by or "gateway"
+    else:
+        by = f"{caller} for {body.by}" if body.by else caller
     try:
-        outcome = await producer.decide(
-            turn_id, body.decisions, notes=body.notes, by=body.by or "gateway"
-        )
+        outcome = await producer.decide(turn_id, body.decisions, notes=body.notes, by=by)
     except ApprovalNotFoundError as exc:
         raise GatewayError(exc.message, status=404, error_code=exc.code) from None
     except (ApprovalClosedError, DecisionConflictError) as exc:

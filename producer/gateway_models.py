@@ -89,7 +89,9 @@ class DecisionsRequest(BaseModel):
     notes: dict[str, str] = Field(default_factory=dict)
     """An optional note per approved call."""
     by: str | None = Field(None, min_length=1, max_length=200)
-    """Who decides (recorded in the ``approval_decided`` events; default ``gateway``)."""
+    """On whose behalf the caller decides. The recorded decider is the API key's
+    name, with this after it (``ops for alice``); without keys (loopback) it is this,
+    or ``gateway``."""
 
 
 class DecisionMade(BaseModel):

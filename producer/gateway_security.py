@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import re
 from collections.abc import Sequence
 
 from pydantic import SecretStr
@@ -55,36 +56,61 @@ async def send_error(
     await send({"type": "http.response.body", "body": payload})
 
 
+_KEY_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
+
+
 class ApiKeys:
-    """The configured keys; empty means the gateway runs without auth (loopback only)."""
+    """The configured keys; empty means the gateway runs without auth (loopback only).
+
+    An entry ``name:key`` names its key: the name is who a request with that key
+    is (the ``by`` of the decisions it makes). A bare ``key`` is named ``key1``,
+    ``key2``... by its position in the list.
+    """
 
     def __init__(self, keys: Sequence[SecretStr]) -> None:
-        self._keys = [k.get_secret_value().encode() for k in keys if k.get_secret_value()]
+        self._keys: list[tuple[str, bytes]] = []
+        for position, entry in enumerate(keys, 1):
+            raw = entry.get_secret_value().strip()
+            if not raw:
+                continue
+            name, sep, key = raw.partition(":")
+            if sep and key and _KEY_NAME.fullmatch(name):
+                self._keys.append((name, key.encode()))
+            else:
+                self._keys.append((f"key{position}", raw.encode()))
 
     @property
     def enabled(self) -> bool:
         """True when at least one key is configured."""
         return bool(self._keys)
 
+    @property
+    def names(self) -> list[str]:
+        """The keys' names, in configuration order."""
+        return [name for name, _ in self._keys]
+
+    def identify(self, token: str | None) -> str | None:
+        """The name of the key ``token`` is (None when it is none of them)."""
+        if not token:
+            return None
+        given = token.encode()
+        found: str | None = None
+        for name, key in self._keys:
+            # No early exit: the time taken does not tell which key (if any) matched.
+            if hmac.compare_digest(given, key) and found is None:
+                found = name
+        return found
+
     def accepts(self, token: str | None) -> bool:
         """True when auth is off, or ``token`` equals one of the keys."""
-        if not self._keys:
-            return True
-        if not token:
-            return False
-        given = token.encode()
-        matched = False
-        for key in self._keys:
-            # No early exit: the time taken does not tell which key (if any) matched.
-            matched |= hmac.compare_digest(given, key)
-        return matched
+        return not self._keys or self.identify(token) is not None
 
     def bearer_accepted(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
         """``accepts`` for a request's raw headers (``Authorization: Bearer KEY``)."""
         if not self._keys:
             return True
-        for name, value in headers:
-            if name.lower() == b"authorization":
+        for header, value in headers:
+            if header.lower() == b"authorization":
                 scheme, _, token = value.decode("latin-1").strip().partition(" ")
                 return scheme.lower() == "bearer" and self.accepts(token.strip())
         return False

@@ -121,7 +121,8 @@ class Settings(BaseModel):
     api_keys: list[SecretStr] = Field(
         default_factory=list, json_schema_extra={"env": "REACTQ_API_KEYS"}
     )
-    """Keys the gateway accepts as ``Authorization: Bearer`` (comma-separated in the env)."""
+    """Keys the gateway accepts as ``Authorization: Bearer`` (comma-separated in the env;
+    ``name:key`` names a key, and the name is recorded as the decider of its approvals)."""
     api_key: SecretStr | None = Field(None, json_schema_extra={"env": "REACTQ_API_KEY"})
     """The key a client (``reactq send --gateway``) presents to a gateway."""
     cors_origins: list[str] = Field(

@@ -282,7 +282,13 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
     _, env = make_pool(1)
     p = producers(env)
     effects = tmp_path / "paid.txt"
-    gateway = start_gateway(env, tmp_path, None)
+    # Named keys: the decider recorded is the key's name, whatever the body claims.
+    ops_key = "ops-key-0123456789"
+    gateway = start_gateway(
+        {**env, "REACTQ_API_KEYS": f"ops:{ops_key},billing:bill-key-0123456789"},
+        tmp_path,
+        ops_key,
+    )
     try:
         with gateway.client() as http:
             s = sid()
@@ -299,11 +305,11 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             assert missing.status_code == 404, missing.text
             url = f"/v1/turns/{handle.turn_id}/decisions"
             body = {"decisions": {call["call_id"]: True}, "notes": {call["call_id"]: "ok"}}
-            accepted = http.post(url, json={**body, "by": "ops"})
+            accepted = http.post(url, json={**body, "by": "alice"})
             assert accepted.status_code == 200, accepted.text
             assert accepted.json()["ready"] is True
             assert accepted.json()["decided"] == [
-                {"call_id": call["call_id"], "approved": True, "reason": "ok", "by": "ops"}
+                {"call_id": call["call_id"], "approved": True, "reason": "ok", "by": "ops for alice"}
             ]
             again = http.post(url, json={"decisions": {call["call_id"]: "changed my mind"}})
             assert again.status_code == 409 and again.json()["code"] == "decision_conflict"
@@ -314,14 +320,14 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
         # GatewayClient raises the shared errors.
         from reactq.producer.gateway_client import GatewayClient
 
-        async with GatewayClient(gateway.url) as client:
+        async with GatewayClient(gateway.url, "bill-key-0123456789") as client:
             with pytest.raises(ApprovalClosedError):  # it finished
                 await client.decide(handle.turn_id, {call["call_id"]: False})
             s3 = sid()
             third = await p.submit(s3, f"pay path={effects}.gw", agent="durable")
             (call3,) = (await parked(p, s3, third.turn_id)).calls
             made = await client.decide(third.turn_id, {call3["call_id"]: "no thanks"}, by="gc")
-            assert made.ready and made.decided[0].by == "gc"
+            assert made.ready and made.decided[0].by == "billing for gc"
             assert (await third.result(timeout=30)).text == (
                 "result: Error: the call was denied: no thanks"
             )
