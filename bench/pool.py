@@ -13,6 +13,9 @@ Scenarios (``--scenario``, default ``basic``):
 - ``scaling``: throughput with 1 and 2 worker processes at zero model latency.
 - ``approval``: turns whose tool call needs a person, parked; the latency from a
   decision (``Producer.approve``) to the resumed attempt's ``started``, p50/p99.
+- ``cpu``: the worker process's CPU milliseconds per turn (all threads, from
+  /proc) on SQLite and PostgreSQL, beside a bare Celery worker's CPU per no-op
+  task on the same Redis, with the ratio. ``--sessions`` defaults to one per turn.
 - ``checkpoint``: what step checkpoints cost: turns of ``--steps`` tool steps run
   by the worker's ``AgentRunner`` (scripted model, no latency) on SQLite and
   PostgreSQL, with checkpoints and with a store that skips them (one commit per
@@ -24,12 +27,14 @@ Scenarios (``--scenario``, default ``basic``):
     .venv/bin/python bench/pool.py --scenario scaling
     .venv/bin/python bench/pool.py --scenario checkpoint --turns 200 --steps 3
     .venv/bin/python bench/pool.py --scenario approval --turns 100
+    .venv/bin/python bench/pool.py --scenario cpu --turns 300 --latency 0.05
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import statistics
@@ -38,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,13 @@ def pct(values: list[float], p: float) -> float:
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.1f} ms"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) the process has used so far, from /proc:
+    unlike wall time, it does not depend on what else the machine is doing."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -204,13 +217,16 @@ def bench_noop(env: dict[str, str], tasks: int, concurrency: int) -> dict[str, f
             t0 = time.perf_counter()
             noop.delay(i).get(timeout=30)
             latencies.append(time.perf_counter() - t0)
+        cpu0 = cpu_seconds(proc.pid)
         start = time.perf_counter()
         results = [noop.delay(i) for i in range(tasks)]
         for r in results:
             r.get(timeout=60)
         elapsed = time.perf_counter() - start
+        cpu = cpu_seconds(proc.pid) - cpu0
         return {
             "tasks/s": tasks / elapsed,
+            "cpu per task": cpu / tasks,
             "round trip p50": statistics.median(latencies),
             "round trip p99": pct(latencies, 99),
         }
@@ -334,6 +350,53 @@ def scenario_scaling(args: argparse.Namespace) -> None:
                     f"over {args.sessions} sessions", results[workers])  # fmt: skip
     print(f"ratio: 2 workers / 1 worker throughput = "
           f"{results[2]['turns/s'] / results[1]['turns/s']:.2f}")  # fmt: skip
+
+
+@contextlib.contextmanager
+def state_url(args: argparse.Namespace, backend: str) -> Iterator[str]:
+    """``--database-url`` if given, else an empty scratch store of ``backend``."""
+    if args.database_url:
+        yield args.database_url
+        return
+    sys.path.insert(0, str(ROOT / "bench"))
+    from state import scratch_database
+
+    with scratch_database(backend) as url:
+        yield url
+
+
+def scenario_cpu(args: argparse.Namespace) -> None:
+    """CPU per turn of one worker process against CPU per no-op task of a bare Celery
+    worker, both read from /proc over the measured run (warm-up excluded)."""
+    backends = ["given"] if args.database_url else ["sqlite", "postgres"]
+    floor: dict[str, float] | None = None
+    for backend in backends:
+        with state_url(args, backend) as url:
+            bench = Bench(args, args.latency, REACTQ_DATABASE_URL=url)
+            try:
+                pool = bench.pool(1, args.concurrency)
+                pid = pool.procs[0].pid
+                try:
+                    asyncio.run(run_turns(bench, 40, 40))  # warm: imports, connections
+                    cpu0 = cpu_seconds(pid)
+                    result = asyncio.run(run_turns(bench, args.turns, args.sessions))
+                    cpu = cpu_seconds(pid) - cpu0
+                finally:
+                    pool.stop()
+                if floor is None:
+                    floor = bench_noop(bench.env, max(args.turns, 1000), args.concurrency)
+            finally:
+                bench.close()
+        per_turn = cpu / args.turns
+        print(f"cpu {backend}: 1 worker process x {args.concurrency}, {args.turns} turns over "
+              f"{args.sessions} sessions submitted at once, model latency "
+              f"{args.latency * 1000:.0f} ms/call, 2 model calls + 1 tool call "
+              "per turn")  # fmt: skip
+        print(f"  worker CPU per turn        {ms(per_turn)}   ({result['turns/s']:.1f} turns/s, "
+              f"p99 submit->final {ms(result['final p99']).strip()})")  # fmt: skip
+        print(f"  bare Celery no-op task     {ms(floor['cpu per task'])}   "
+              f"({floor['tasks/s']:.1f} tasks/s, same Redis as broker and results)")  # fmt: skip
+        print(f"  ratio turn / no-op task    {per_turn / floor['cpu per task']:8.1f}x")
 
 
 async def checkpoint_turns(url: str, turns: int, steps: int, skip: bool) -> float:
@@ -466,9 +529,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="basic",
                         choices=["basic", "inflight", "recovery", "scaling",
-                                 "checkpoint", "approval"])  # fmt: skip
+                                 "checkpoint", "approval", "cpu"])  # fmt: skip
     parser.add_argument("--turns", type=int, default=400)
-    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--sessions", type=int, default=None, help="default 40 (cpu: --turns)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
@@ -478,6 +541,8 @@ def main() -> None:
         "--redis-url", default=os.environ.get("REACTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     args = parser.parse_args()
+    if args.sessions is None:
+        args.sessions = args.turns if args.scenario == "cpu" else 40
     {
         "basic": scenario_basic,
         "inflight": scenario_inflight,
@@ -485,6 +550,7 @@ def main() -> None:
         "scaling": scenario_scaling,
         "checkpoint": scenario_checkpoint,
         "approval": scenario_approval,
+        "cpu": scenario_cpu,
     }[args.scenario](args)
 
 

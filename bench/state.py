@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,6 +48,35 @@ TURN = [
 ]
 
 
+async def admin_sql(statement: str) -> None:
+    """Run one statement on the PostgreSQL server's admin connection."""
+    import asyncpg
+
+    conn = await asyncpg.connect(PG.replace("postgresql+asyncpg://", "postgresql://"), timeout=5)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@contextmanager
+def scratch_database(backend: str) -> Iterator[str]:
+    """``scratch_url`` for a caller without a running loop (the pool benchmarks, whose
+    workers are other processes): an empty SQLite file or PostgreSQL database."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite+aiosqlite:///{tmp}/state.db"
+        return
+    if backend != "postgres":
+        raise SystemExit(f"unknown backend {backend!r}")
+    name = f"reactq_bench_{uuid.uuid4().hex[:8]}"
+    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{PG.rpartition('/')[0]}/{name}"
+    finally:
+        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 @asynccontextmanager
 async def scratch_url(backend: str) -> AsyncIterator[str]:
     """A URL of an empty store of ``backend``, cleaned up afterwards."""
@@ -57,23 +86,12 @@ async def scratch_url(backend: str) -> AsyncIterator[str]:
         with tempfile.TemporaryDirectory() as tmp:
             yield f"sqlite+aiosqlite:///{tmp}/bench.db"
     elif backend == "postgres":
-        import asyncpg
-
-        admin = PG.replace("postgresql+asyncpg://", "postgresql://")
         name = f"reactq_bench_{uuid.uuid4().hex[:8]}"
-        conn = await asyncpg.connect(admin, timeout=5)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
+        await admin_sql(f'CREATE DATABASE "{name}"')
         try:
             yield f"{PG.rpartition('/')[0]}/{name}"
         finally:
-            conn = await asyncpg.connect(admin, timeout=5)
-            try:
-                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                await conn.close()
+            await admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     elif backend == "redis":
         from redis.asyncio import Redis
 

@@ -1,8 +1,11 @@
 """``reactq flower``: Celery's Flower, pointed at the pool's broker.
 
 Flower shows the workers of one namespace (``REACTQ_NAMESPACE``), the
-``reactq.drain`` tasks and their runtimes, from the task events every reactq
-worker sends to its namespace's event exchange (``Keys.celery_isolation``). ``REACTQ_FLOWER_AUTH``
+``reactq.drain`` tasks, from the task events reactq workers send to their
+namespace's event exchange (``Keys.celery_isolation``) once Flower turns them on
+(it broadcasts ``enable_events`` every 5 s; workers send none before, which
+saves three broker publishes per drain). A drain task hands its session to the
+worker's loop and returns, so its runtime is the hand-off, not the turn's. ``REACTQ_FLOWER_AUTH``
 (``user:password``, comma-separated for several) turns on basic auth: Flower
 runs in this process, so it gets the pairs as its ``--basic-auth`` option in the
 arguments handed to it here, never on a command line, where ``ps`` would show

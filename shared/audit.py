@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import select
@@ -79,6 +79,10 @@ class AuditedBus:
     async def publish(self, event: E) -> E:
         """Publish to the bus, then record; returns the published event."""
         published = await self.bus.publish(event)
+        await self._record(published)
+        return published
+
+    async def _record(self, published: BaseEvent) -> None:
         try:
             await self.sink.record(published)
         except asyncio.CancelledError:
@@ -92,6 +96,16 @@ class AuditedBus:
                 published.id,
                 published.turn_id,
             )
+
+    async def publish_many(self, events: Sequence[E]) -> list[E]:
+        """Publish several events in order (in one call when the bus can), then record
+        them."""
+        many = getattr(self.bus, "publish_many", None)
+        if many is None:
+            return [await self.publish(event) for event in events]
+        published: list[E] = await many(events)
+        for event in published:
+            await self._record(event)
         return published
 
     def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:

@@ -21,7 +21,7 @@ from reactq.shared.bus import (
     stream_id_gt,
 )
 from reactq.shared.errors import InvalidStreamIdError
-from reactq.shared.events import DeltaEvent, Event, FinalEvent, StartedEvent
+from reactq.shared.events import DeltaEvent, Event, FinalEvent, StartedEvent, UsageEvent
 from reactq.shared.keys import Keys
 from reactq.shared.turns import TurnStatus
 
@@ -250,6 +250,35 @@ async def test_turn_emitter_numbers_events(bus: AnyBus) -> None:
         ("started", 1, 2, "t9"),
         ("final", 2, 2, "t9"),
     ]
+
+
+async def test_events_emitted_later_go_out_first_with_the_next_one(bus: AnyBus) -> None:
+    # A usage note waits for the event that follows it, and both reach a live
+    # subscriber in the order they were made, with their own ids.
+    s = sid()
+    sub = bus.subscribe(s, after=None)
+    await sub.start()
+    emitter = TurnEmitter(bus, s, "t9")
+    await emitter.emit(StartedEvent, worker="w1")
+    emitter.emit_later(UsageEvent, prompt_tokens=3, completion_tokens=1, total_tokens=4)
+    emitter.emit_later(UsageEvent, prompt_tokens=5, completion_tokens=1, total_tokens=6)
+    assert [e.type for e in await bus.read(s)] == ["started"]  # nothing yet
+    final = await emitter.emit(FinalEvent, text="done", status=TurnStatus.COMPLETED)
+    live = await take(sub, 4)
+    await sub.aclose()
+    assert [(e.type, e.seq) for e in live] == [
+        ("started", 1),
+        ("usage", 2),
+        ("usage", 3),
+        ("final", 4),
+    ]
+    ids = [e.id for e in live]
+    assert all(stream_id_gt(b, a) for a, b in itertools.pairwise(ids))  # type: ignore[arg-type]
+    assert final.id == ids[-1] and [e.id for e in await bus.read(s)] == ids
+    # flush publishes what waits when no event follows.
+    emitter.emit_later(UsageEvent, prompt_tokens=1, completion_tokens=1, total_tokens=2)
+    await emitter.flush()
+    assert [e.type for e in await bus.read(s)][-1] == "usage"
 
 
 # --- Redis ----------------------------------------------------------------------

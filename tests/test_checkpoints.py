@@ -3,11 +3,16 @@ from the conversation, replaced step by step, dropped by the turn's commit."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from sqlalchemy import update
 
 from reactq.shared.errors import StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state import StateStore, TurnCheckpoint
+from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql_schema import sessions
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
     contents,
     record,
@@ -89,6 +94,26 @@ async def test_checkpoints_are_fenced(store: StateStore) -> None:
         await store.commit_turn(s, [user("q")], record(s, t), fence=6)
     info = await store.get_session(s)
     assert info is not None and info.fence == 7
+
+
+async def test_a_checkpoint_waits_for_a_newer_holders_claim(store: StateStore) -> None:
+    """SQL: a newer holder's claim, not yet committed, holds the session row; the old
+    holder's checkpoint waits for it and is then refused (not written from what it
+    read before the claim committed)."""
+    if not isinstance(store, SqlStateStore):
+        pytest.skip("a transaction held open on the SQL session row")
+    s, t = sid(), "t-ck-4"
+    await store.begin_turn(s, "a", fence=5)
+    async with store.engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(update(sessions).where(sessions.c.session_id == s).values(fence=6))
+        waiting = asyncio.ensure_future(store.checkpoint_step(checkpoint(s, t, 1), fence=5))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await conn.commit()
+    with pytest.raises(StaleLeaseError):
+        await asyncio.wait_for(waiting, 10)
+    assert await store.get_checkpoint(s, t) is None
 
 
 # --- the runner: a checkpoint per step, resumed by the next attempt ------------------

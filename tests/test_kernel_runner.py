@@ -12,7 +12,7 @@ from reactq.shared.errors import LLMServerError, StaleLeaseError, TurnCommittedE
 from reactq.shared.events import BaseEvent
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state import TRUNK, StateStore
-from reactq.shared.state.base import TurnRecord
+from reactq.shared.state.base import TurnRecord, TurnStart
 from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker import Agent, AgentRunner, LLMResponse, OpenAICompatibleClient, ScriptedLLM, tool
@@ -43,11 +43,16 @@ class ListBus:
 
 
 class FailingStore(MemoryStateStore):
-    """A store whose history read fails (a database outage)."""
+    """A store whose turn start (the history read) fails: a database outage."""
 
-    async def get_messages(
-        self, session_id: str, branch_id: str | None = None
-    ) -> list[ChatMessage]:
+    async def begin_turn(
+        self,
+        session_id: str,
+        agent: str,
+        *,
+        fence: int | None = None,
+        branch_id: str | None = None,
+    ) -> TurnStart:
         raise RuntimeError("database unavailable")
 
 

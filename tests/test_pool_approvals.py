@@ -309,7 +309,12 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             assert accepted.status_code == 200, accepted.text
             assert accepted.json()["ready"] is True
             assert accepted.json()["decided"] == [
-                {"call_id": call["call_id"], "approved": True, "reason": "ok", "by": "ops for alice"}
+                {
+                    "call_id": call["call_id"],
+                    "approved": True,
+                    "reason": "ok",
+                    "by": "ops for alice",
+                }
             ]
             again = http.post(url, json={"decisions": {call["call_id"]: "changed my mind"}})
             assert again.status_code == 409 and again.json()["code"] == "decision_conflict"

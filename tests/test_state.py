@@ -11,9 +11,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from reactq.shared.errors import (
+    BranchNotFoundError,
     ConfigError,
     SchemaVersionError,
     SessionNotFoundError,
@@ -26,6 +27,8 @@ from reactq.shared.state import (
     MemoryStateStore,
     SessionInfo,
     StateStore,
+    TurnCheckpoint,
+    TurnStart,
     open_store,
 )
 from reactq.shared.state.redis import RedisStateStore
@@ -169,6 +172,19 @@ async def test_a_turn_is_committed_at_most_once(store: StateStore) -> None:
     assert await store.get_messages(other) == []
     found = await store.get_turn(t)
     assert found is not None and found.session_id == s
+
+
+async def test_commit_turn_to_a_missing_branch_writes_nothing(store: StateStore) -> None:
+    s, t = sid(), f"t-{uuid.uuid4().hex}"
+    await store.ensure_session(s, "a")
+    await store.claim(s, 1)
+    for fence in (1, None):
+        with pytest.raises(BranchNotFoundError):
+            await store.commit_turn(s, [user("x")], record(s, t), fence=fence, branch_id="nope")
+    assert await store.get_turn(t) is None
+    assert await store.get_messages(s) == []
+    await store.commit_turn(s, [user("x")], record(s, t), fence=1, branch_id=TRUNK)
+    assert await contents(store, s) == [(1, "x")]
 
 
 async def test_commit_turn_refuses_a_record_of_another_session(store: StateStore) -> None:
@@ -472,3 +488,144 @@ async def test_redis_refuses_a_newer_record_version(redis_url: str, namespace: s
             await store.get_messages(s)
     finally:
         await store.close()
+
+
+# --- begin_turn: ensure_session + claim + get_messages in one atomic step -------------
+
+
+async def test_begin_turn_creates_a_new_session_with_the_fence(store: StateStore) -> None:
+    s = sid()
+    start = await store.begin_turn(s, "a", fence=3)
+    assert isinstance(start, TurnStart)
+    assert (start.branch_id, start.messages) == (TRUNK, [])
+    assert (start.info.session_id, start.info.agent, start.info.fence) == (s, "a", 3)
+    assert start.info.active_branch == TRUNK and start.info.created_at > 0
+    assert await store.get_session(s) == start.info
+    assert [b.branch_id for b in await store.list_branches(s)] == [TRUNK]
+    # The new session takes commits like one ensure_session made.
+    await store.commit_turn(s, [user("q")], record(s, f"t-{s}"), fence=3)
+    assert await contents(store, s) == [(1, "q")]
+
+
+async def test_begin_turn_reads_the_history_and_moves_the_fence(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    await store.claim(s, 2)
+    await store.append(s, [user("one"), user("two"), user("three")])
+    branch = await store.fork(s, 1, new_branch_id="side")
+    await store.append(s, [user("two'")])
+    await store.switch_branch(s, TRUNK)
+
+    start = await store.begin_turn(s, "a", fence=4)
+    assert (start.branch_id, start.info.active_branch, start.info.fence) == (TRUNK, TRUNK, 4)
+    assert start.messages == await store.get_messages(s)
+    assert [(m.sequence, m.content) for m in start.messages] == [
+        (1, "one"),
+        (2, "two"),
+        (3, "three"),
+    ]
+    named = await store.begin_turn(s, "a", fence=4, branch_id=branch)  # the same token again
+    assert (named.branch_id, named.info.active_branch) == ("side", TRUNK)
+    assert [(m.sequence, m.content) for m in named.messages] == [(1, "one"), (2, "two'")]
+    assert (await store.begin_turn(s, "a", branch_id="nope")).messages == []
+    info = await store.get_session(s)
+    assert info is not None and info.fence == 4
+
+
+async def test_begin_turn_with_a_stale_fence_changes_nothing(store: StateStore) -> None:
+    s = sid()
+    await store.ensure_session(s, "a")
+    await store.claim(s, 5)
+    await store.append(s, [user("kept")])
+    before = await store.get_session(s)
+    with pytest.raises(StaleLeaseError) as info:
+        await store.begin_turn(s, "a", fence=4)
+    assert info.value.details == {"session_id": s, "fence": 4, "newest": 5}
+    assert await store.get_session(s) == before
+    assert await contents(store, s) == [(1, "kept")]
+    # A stale holder is refused whatever the agent.
+    with pytest.raises(StaleLeaseError):
+        await store.begin_turn(s, "other", fence=1)
+
+
+async def test_begin_turn_on_another_agents_session_reads_nothing(store: StateStore) -> None:
+    """The caller refuses the turn; the fence is recorded all the same (the lease is
+    the session's, whatever agent its turn asked for), as ensure_session + claim did."""
+    s = sid()
+    await store.ensure_session(s, "alpha")
+    await store.append(s, [user("private")])
+    start = await store.begin_turn(s, "beta", fence=2)
+    assert (start.info.agent, start.messages, start.branch_id) == ("alpha", [], TRUNK)
+    info = await store.get_session(s)
+    assert info is not None and (info.agent, info.fence) == ("alpha", 2)
+    assert await contents(store, s) == [(1, "private")]
+
+
+async def test_begin_turn_without_a_fence_records_none(store: StateStore) -> None:
+    s = sid()
+    fresh = await store.begin_turn(s, "a")
+    assert (fresh.info.fence, fresh.branch_id, fresh.messages) == (0, TRUNK, [])
+    await store.claim(s, 4)
+    await store.append(s, [user("x")])
+    again = await store.begin_turn(s, "a")
+    assert again.info.fence == 4
+    assert [m.content for m in again.messages] == ["x"]
+    info = await store.get_session(s)
+    assert info is not None and info.fence == 4
+
+
+async def test_concurrent_begin_turns_create_one_session(store: StateStore) -> None:
+    s = sid()
+    starts = await asyncio.gather(
+        *(store.begin_turn(s, f"a{i}", fence=1) for i in range(10)), return_exceptions=True
+    )
+    infos = [start.info for start in starts if isinstance(start, TurnStart)]
+    assert len(infos) == 10, starts
+    assert len({info.agent for info in infos}) == 1
+    assert [b.branch_id for b in await store.list_branches(s)] == [TRUNK]
+
+
+async def test_sql_turn_steps_are_single_short_transactions(store: StateStore) -> None:
+    """begin_turn, checkpoint_step and commit_turn each run one write transaction of a
+    few statements on the hot path (the worker's CPU per turn)."""
+    if not isinstance(store, SqlStateStore):
+        pytest.skip("counts SQL statements")
+    s, t = sid(), f"t-{uuid.uuid4().hex}"
+    await store.ensure_session(s, "a")
+    await store.append(s, [user("before")])
+    statements: list[str] = []
+    commits: list[int] = []
+
+    def on_statement(_conn: object, _cursor: object, sql: str, *_args: object) -> None:
+        if not sql.startswith("BEGIN"):
+            statements.append(sql)
+
+    def on_commit(_conn: object) -> None:
+        commits.append(1)
+
+    engine = store.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", on_statement)
+    event.listen(engine, "commit", on_commit)
+    try:
+        counts = []
+        steps = [
+            lambda: store.begin_turn(s, "a", fence=1),
+            lambda: store.checkpoint_step(
+                TurnCheckpoint(session_id=s, turn_id=t, step=1, messages=[]), fence=1
+            ),
+            lambda: store.commit_turn(s, [user("q")], record(s, t), fence=1, branch_id=TRUNK),
+        ]
+        for step in steps:
+            statements.clear()
+            commits.clear()
+            await step()
+            counts.append((len(statements), len(commits)))
+    finally:
+        event.remove(engine, "before_cursor_execute", on_statement)
+        event.remove(engine, "commit", on_commit)
+    # begin_turn: the upsert and the read; checkpoint_step: the upsert; commit_turn:
+    # the fence, the record, the branch's tip (read by the fence's statement on
+    # SQLite), the messages, the checkpoint's removal.
+    commit = 4 if store.dialect == "sqlite" else 5
+    assert counts == [(2, 1), (1, 1), (commit, 1)]
+    assert await contents(store, s) == [(1, "before"), (2, "q")]

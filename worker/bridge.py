@@ -1,15 +1,18 @@
 """One asyncio loop per worker process, shared by every task thread.
 
 Celery's thread pool is only a doorway: each drain task hands its coroutine to
-this loop and waits. Clients bound to a loop (the redis pool, the SQL engine,
-AsyncOpenAI) are created once, here.
+this loop and returns (``hand_off``); the loop bounds the turns in flight.
+Clients bound to a loop (the redis pool, the SQL engine, AsyncOpenAI) are
+created once, here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -58,6 +61,10 @@ class Bridge:
         self.mcp = MCPManager()
         self._duties: list[asyncio.Future[None]] = []
         self.metrics: WorkerMetrics | None = None
+        # The turns in flight are bounded here, not by Celery's threads (hand_off).
+        self._slots = threading.BoundedSemaphore(settings.concurrency)
+        self._drains: set[concurrent.futures.Future[Any]] = set()
+        self._drains_lock = threading.Lock()
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -71,6 +78,47 @@ class Bridge:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the loop from any thread and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def hand_off(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Start a drain on the loop and return (from a Celery thread): the thread does
+        not wait for the drain, it only waits while ``concurrency`` drains run.
+
+        The drain message is acked on return. That loses nothing if this process
+        dies: the session's lease and deadline make another worker's reaper take
+        it over, as for a message lost any other way (docs/architecture.md).
+        """
+        slot = False
+        while not (slot := self._slots.acquire(timeout=0.5)):
+            if self.drainer is None or self.drainer.stopping:
+                # Shutting down: a drain then hands the session over at once.
+                break
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        with self._drains_lock:
+            self._drains.add(future)
+
+        def done(f: concurrent.futures.Future[Any]) -> None:
+            if slot:
+                self._slots.release()
+            with self._drains_lock:
+                self._drains.discard(f)
+            if not f.cancelled() and f.exception() is not None:
+                log.error("a drain failed", exc_info=f.exception())
+
+        future.add_done_callback(done)
+
+    def wait_for_drains(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the drains in flight; return how many are
+        still running."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._drains_lock:
+                running = list(self._drains)
+            if not running:
+                return 0
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return len(running)
+            concurrent.futures.wait(running, timeout=left)
 
     async def _open(self) -> None:
         s = self.settings
@@ -194,9 +242,14 @@ class Bridge:
             log.warning("grace period over: giving back %d turns", self.drainer.evict_all())
 
     def stop(self) -> None:
-        """Close every connection and stop the loop."""
+        """Let the drains in flight end (a warm shutdown gives them its grace period,
+        then gives their turns back), close every connection and stop the loop."""
         if not self._thread.is_alive():
             return
+        self.begin_shutdown()
+        left = self.wait_for_drains(self.settings.shutdown_grace_seconds + 15)
+        if left:
+            log.warning("stopping with %d drains still running", left)
         try:
             self.run(self._close(), timeout=30)
         finally:

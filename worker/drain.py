@@ -283,11 +283,11 @@ class Drainer:
             await self._fail(emitter, Failure.UNKNOWN_AGENT, text)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return
-        await self._fence(sid, turn.agent, token)
+        # A first attempt's token is recorded by the runner's first store call
+        # (``begin_turn``), in the same step as its history read.
         entry = _Running(sid)
-        mode = await self.queue.cancel_mode(sid, turn.turn_id)
-        if mode is not None:
-            entry.mode = mode
+        if claimed.cancel is not None:  # the claim read the turn's cancel flag
+            entry.mode = claimed.cancel
             entry.cancel.set()
         # A turn run before (a lost worker) goes on from its last checkpointed step.
         checkpoint = (

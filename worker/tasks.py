@@ -1,8 +1,11 @@
 """The ``reactq.drain`` Celery task and the worker process's lifecycle.
 
 The task body only hands the session to the process's asyncio loop
-(``bridge.py``) and waits; the worker's side of the protocol lives in
-``drain.py``, the Celery app and the dispatch in ``reactq.shared.protocol.dispatch``.
+(``bridge.py``) and returns: the loop bounds the turns in flight, and a drain
+message acked before its drain ends costs nothing if the worker dies, since the
+lease and the reaper recover the session (docs/architecture.md). The worker's
+side of the protocol lives in ``drain.py``, the Celery app and the dispatch in
+``reactq.shared.protocol.dispatch``.
 """
 
 from __future__ import annotations
@@ -29,17 +32,22 @@ T = TypeVar("T")
 
 _bridge: Bridge | None = None
 
+HANDOFF_THREADS = 2
+"""Celery pool threads of a worker process: each takes a drain message and hands it
+to the process's loop, waiting only while ``concurrency`` turns are in flight."""
+
 
 def bind_tasks(app: Celery) -> None:
     """Register ``reactq.drain`` on the app."""
 
     @app.task(name=DRAIN_TASK, ignore_result=True, bind=True)
-    def drain(self: Task, session_id: Any) -> int:
+    def drain(self: Task, session_id: Any) -> None:
         if _bridge is None or _bridge.drainer is None:
             raise RuntimeError("reactq.drain ran outside a reactq worker process")
         work = _in_context(_bridge.drainer.drain(session_id), str(session_id)[:128])
         if not _bridge.settings.tracing:
-            return _bridge.run(work)
+            _bridge.hand_off(work)
+            return
         from opentelemetry import context, trace
 
         # The producer's span travels in the message headers (shared/tracing.py).
@@ -59,13 +67,9 @@ def bind_tasks(app: Celery) -> None:
             },
         )
         # The coroutine runs on the loop's thread: hand it the context explicitly,
-        # contextvars do not cross from this pool thread.
+        # contextvars do not cross from this pool thread. The span ends with the drain.
         ctx = trace.set_span_in_context(span, parent)
-        try:
-            with trace.use_span(span, end_on_exit=False, record_exception=True):
-                return _bridge.run(_attached(work, ctx, context))
-        finally:
-            span.end()
+        _bridge.hand_off(_traced(work, span, ctx, context, trace))
 
 
 async def _in_context(work: Coroutine[Any, Any, T], session_id: str) -> T:
@@ -74,11 +78,12 @@ async def _in_context(work: Coroutine[Any, Any, T], session_id: str) -> T:
         return await work
 
 
-async def _attached(work: Coroutine[Any, Any, T], ctx: Any, context: Any) -> T:
-    """Run ``work`` inside an OpenTelemetry context made on another thread."""
+async def _traced(work: Coroutine[Any, Any, T], span: Any, ctx: Any, context: Any, trace: Any) -> T:
+    """Run ``work`` inside an OpenTelemetry span made on another thread; end the span."""
     token = context.attach(ctx)
     try:
-        return await work
+        with trace.use_span(span, end_on_exit=True, record_exception=True):
+            return await work
     finally:
         context.detach(token)
 
@@ -121,7 +126,10 @@ def run_worker(
                 "--quiet",
                 "worker",
                 "--pool=threads",
-                f"--concurrency={concurrency}",
+                # The threads only hand drains to the loop (Bridge.hand_off), which
+                # bounds the turns in flight: a few threads do, one per turn would
+                # cost a thread and two wake-ups per turn.
+                f"--concurrency={min(concurrency, HANDOFF_THREADS)}",
                 f"--queues={queues}",
                 f"--hostname={name}",
                 f"--loglevel={loglevel}",

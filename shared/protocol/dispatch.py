@@ -31,9 +31,10 @@ def celery_app(settings: Settings, *, consumer: bool = False) -> Celery:
     """A Celery app on the pool's broker: JSON only, no results.
 
     ``consumer`` adds what only a worker needs: late acks (a task whose worker
-    died is delivered again), one message prefetched per thread, task events for
-    Flower, and the hardened Redis transport. With ``REACTQ_TRACING`` every
-    message the process sends carries the current trace.
+    died is delivered again), one message prefetched per thread, task events only
+    when a monitor turns them on (Flower does), and the hardened Redis transport.
+    With ``REACTQ_TRACING`` every message the process sends carries the current
+    trace.
     """
     app = Celery("reactq", broker=settings.effective_broker_url, set_as_current=False)
     app.conf.update(
@@ -53,7 +54,9 @@ def celery_app(settings: Settings, *, consumer: bool = False) -> Celery:
             task_default_queue=f"{settings.namespace}.default",
             broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_SECONDS},
             worker_hijack_root_logger=False,
-            worker_send_task_events=True,
+            # Task events cost a broker publish per event, three per drain: they are
+            # sent only once a monitor asks (Flower sends enable_events itself).
+            worker_send_task_events=False,
             task_send_sent_event=False,
         )
         if settings.effective_broker_url.startswith(("redis://", "rediss://")):

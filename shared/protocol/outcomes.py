@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from reactq.shared.errors import InvalidTurnError
+from reactq.shared.protocol.control import CancelMode
 from reactq.shared.turns import TurnRequest, TurnStatus, validate_turn_id
 
 
@@ -77,6 +78,8 @@ class ClaimedTurn:
     (a cancel flag was raised while it waited); '' otherwise."""
     expired_calls: tuple[str, ...] = ()
     """The calls this claim denied because their decision did not come in time."""
+    cancel: CancelMode | None = None
+    """How the turn was asked to stop before this claim (its cancel flag), if it was."""
 
     def parse(self) -> TurnRequest:
         """The TurnRequest; raises on a payload that cannot be this turn: malformed,

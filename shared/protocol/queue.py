@@ -124,7 +124,7 @@ class SessionQueue:
         )
         if not result:
             return None
-        attempt, lost, turn_id, raw, already_ran, parked, expired = result
+        attempt, lost, turn_id, raw, already_ran, parked, expired, cancel = result
         payload, readable = _payload_text(raw)
         return ClaimedTurn(
             int(attempt),
@@ -135,6 +135,7 @@ class SessionQueue:
             readable=readable,
             parked=text(parked),
             expired_calls=tuple(c for c in text(expired).split(",") if c),
+            cancel=CancelMode.read(text(cancel)) if cancel else None,
         )
 
     async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:

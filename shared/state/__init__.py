@@ -15,6 +15,7 @@ from reactq.shared.state.base import (
     StateStore,
     TurnCheckpoint,
     TurnRecord,
+    TurnStart,
 )
 from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.state.redis import RedisStateStore
@@ -28,6 +29,7 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     "StateStore",
     "TurnCheckpoint",
     "TurnRecord",
+    "TurnStart",
     # backends
     "MemoryStateStore",
     "SqlStateStore",

@@ -41,6 +41,19 @@ class SessionInfo(BaseModel):
     """Unix time of creation."""
 
 
+class TurnStart(BaseModel):
+    """What a turn starts from: its session, the branch it runs on, that branch's messages."""
+
+    model_config = ConfigDict(frozen=True)
+
+    info: SessionInfo
+    """The session as the step left it (its agent may differ from the one asked for)."""
+    branch_id: str
+    """The branch the turn reads and commits to: the one asked for, else the active one."""
+    messages: list[ChatMessage]
+    """That branch's whole history, oldest first ([] when the agent differs)."""
+
+
 class BranchInfo(BaseModel):
     """One branch of a session, as ``list_branches`` reports it."""
 
@@ -172,6 +185,22 @@ class StateStore(Protocol):
         """Record ``fence`` as the session's newest token.
 
         Raises StaleLeaseError if the store has already seen a newer one.
+        """
+        ...
+
+    async def begin_turn(
+        self, session_id: str, agent: str, *, fence: int | None = None, branch_id: str | None = None
+    ) -> TurnStart:
+        """Create the session for ``agent`` if new, record ``fence`` as its newest token
+        and read the messages of ``branch_id`` (the active branch by default), in one
+        atomic step: ``ensure_session``, ``claim`` and ``get_messages`` at once.
+
+        A new session starts with ``fence`` as its token (0 when None). Raises
+        StaleLeaseError, changing nothing, if the store has seen a newer token than
+        ``fence``; with ``fence`` None no token is checked or recorded. When the
+        session belongs to another agent, ``messages`` is empty (the caller refuses
+        the turn) and the fence is recorded all the same: the lease it stands for is
+        the session's, whatever agent a turn asks for, as with ``claim``.
         """
         ...
 

@@ -15,6 +15,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     TurnCheckpoint,
     TurnRecord,
+    TurnStart,
     check_branch_id,
     check_fork_point,
     check_record,
@@ -141,6 +142,9 @@ class MemoryStateStore:
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
+        return self._ensure(session_id, agent).info(session_id)
+
+    def _ensure(self, session_id: str, agent: str) -> _Session:
         session = self._touch(session_id)
         if session is None:
             now = time.time()
@@ -148,7 +152,7 @@ class MemoryStateStore:
             session.branches[TRUNK] = _Branch(parent=None, fork=0, created_at=now)
             self._sessions[session_id] = session
             self._evict(force=True)
-        return session.info(session_id)
+        return session
 
     async def get_session(self, session_id: str) -> SessionInfo | None:
         """The session, or None if the store has never seen it (or has forgotten it)."""
@@ -162,18 +166,7 @@ class MemoryStateStore:
         session = self._touch(session_id)
         if session is None:
             return []
-        name = branch_id or session.active_branch
-        chain: list[tuple[str, int]] = []
-        current: str | None = name
-        while current is not None and current in session.branches:
-            chain.append((current, session.branches[current].fork))
-            current = session.branches[current].parent
-        out: list[ChatMessage] = []
-        for bid, _after, upto in view_ranges(chain):
-            branch = session.branches[bid]
-            stop = len(branch.own) if upto is None else upto - branch.fork
-            out.extend(branch.own[: max(stop, 0)])
-        return out
+        return _history(session, branch_id or session.active_branch)
 
     async def append(
         self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
@@ -267,6 +260,25 @@ class MemoryStateStore:
             raise stale(session_id, session.fence, fence)
         session.fence = fence
 
+    async def begin_turn(
+        self, session_id: str, agent: str, *, fence: int | None = None, branch_id: str | None = None
+    ) -> TurnStart:
+        """Ensure the session, record ``fence`` and read a branch, atomically; see
+        StateStore.begin_turn."""
+        session = self._touch(session_id)
+        if session is not None and fence is not None and session.fence > fence:
+            raise stale(session_id, session.fence, fence)
+        session = session or self._ensure(session_id, agent)
+        if fence is not None:
+            session.fence = fence
+        branch = branch_id or session.active_branch
+        mine = session.agent == agent
+        return TurnStart(
+            info=session.info(session_id),
+            branch_id=branch,
+            messages=_history(session, branch) if mine else [],
+        )
+
     async def commit_turn(
         self,
         session_id: str,
@@ -325,6 +337,21 @@ class MemoryStateStore:
 
     async def close(self) -> None:
         """Nothing to release; the data stays readable."""
+
+
+def _history(session: _Session, branch_id: str) -> list[ChatMessage]:
+    """The branch's whole history, oldest first ([] for a branch the session lacks)."""
+    chain: list[tuple[str, int]] = []
+    current: str | None = branch_id
+    while current is not None and current in session.branches:
+        chain.append((current, session.branches[current].fork))
+        current = session.branches[current].parent
+    out: list[ChatMessage] = []
+    for bid, _after, upto in view_ranges(chain):
+        branch = session.branches[bid]
+        stop = len(branch.own) if upto is None else upto - branch.fork
+        out.extend(branch.own[: max(stop, 0)])
+    return out
 
 
 def _extend(branch: _Branch, messages: Sequence[ChatMessage], turn_id: str | None) -> None:

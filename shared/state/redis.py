@@ -10,10 +10,11 @@ so one session's keys share a cluster slot and one script may touch them all)::
     <ns>:s:{<sid>}:state:steps      hash  turn_id -> checkpoint JSON (a running turn's steps)
     <ns>:state:turn:<turn_id>       string  the turn's session (to find a turn by id)
 
-Each operation is a script ``state_<op>.lua`` beside this module, read once at
-import. A script gets the session's keys in that order (KEYS[1] the state hash,
-KEYS[2] the branches, KEYS[3] the messages, KEYS[4] the turn records); branch
-``b``'s own message ``n`` is the field ``b|n`` of the messages hash. A script
+Each operation is a script ``state_<op>.lua`` beside this module (after the
+preludes it names), read once at import. A script gets the session's keys in that
+order (KEYS[1] the state hash, KEYS[2] the branches, KEYS[3] the messages, KEYS[4]
+the turn records); branch ``b``'s own message ``n`` is the field ``b|n`` of the
+messages hash. A script
 returns an error as ``{code, ...}`` for Python to raise, never as a Lua error,
 so that nothing is half-written.
 
@@ -45,6 +46,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     TurnCheckpoint,
     TurnRecord,
+    TurnStart,
     check_branch_id,
     check_fork_point,
     check_record,
@@ -62,7 +64,8 @@ RECORD_VERSION = 1
 
 _ENSURE = lua_source(__name__, "state_ensure")
 _WRITE = lua_source(__name__, "state_branches", "state_write")
-_READ = lua_source(__name__, "state_branches", "state_read")
+_READ = lua_source(__name__, "state_branches", "state_history", "state_read")
+_BEGIN = lua_source(__name__, "state_branches", "state_history", "state_begin")
 _FORK = lua_source(__name__, "state_branches", "state_fork")
 _SWITCH = lua_source(__name__, "state_switch")
 _TRUNCATE = lua_source(__name__, "state_branches", "state_truncate")
@@ -96,6 +99,7 @@ class RedisStateStore:
         self._ensure = redis.register_script(_ENSURE)
         self._write_script = redis.register_script(_WRITE)
         self._read_script = redis.register_script(_READ)
+        self._begin = redis.register_script(_BEGIN)
         self._fork = redis.register_script(_FORK)
         self._switch = redis.register_script(_SWITCH)
         self._truncate = redis.register_script(_TRUNCATE)
@@ -222,6 +226,30 @@ class RedisStateStore:
         reply = _texts(await self._claim(keys=self._keys(session_id)[:1], args=[fence]))
         if reply[0] == "stale":
             raise stale(session_id, int(reply[1]), fence)
+
+    async def begin_turn(
+        self, session_id: str, agent: str, *, fence: int | None = None, branch_id: str | None = None
+    ) -> TurnStart:
+        """Ensure the session, record ``fence`` and read a branch, in one script; see
+        StateStore.begin_turn."""
+        reply = await self._begin(
+            keys=self._keys(session_id)[:3],
+            args=[
+                agent,
+                repr(time.time()),
+                RECORD_VERSION,
+                "" if fence is None else fence,
+                branch_id or "",
+            ],
+        )
+        head = _texts(reply[:7])
+        if head[0] == "stale" and fence is not None:
+            raise stale(session_id, int(head[1]), fence)
+        return TurnStart(
+            info=_session(session_id, head[1:6]),
+            branch_id=head[6],
+            messages=[_message(value, i + 1) for i, value in enumerate(reply[7:])],
+        )
 
     async def commit_turn(
         self,

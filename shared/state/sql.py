@@ -4,13 +4,19 @@ SQLite (``sqlite+aiosqlite://``) is the default: every connection runs in WAL
 mode with a busy timeout and writes open with ``BEGIN IMMEDIATE``, so several
 worker processes can share one file and read-then-write steps (the next message
 sequence, the fence check) are serialised by SQLite's write lock. PostgreSQL
-(``postgresql+asyncpg://``) gets the same guarantee from ``SELECT ... FOR UPDATE``
-on the session row. Tables are defined in ``sql_schema``.
+(``postgresql+asyncpg://``) gets the same guarantee from a lock on the session
+row (``SELECT ... FOR UPDATE``, or the statement that checks the fence). Tables
+are defined in ``sql_schema``.
 
-Only ``ensure_session`` creates sessions (it needs the agent): ``append`` and
-``commit_turn`` on a session the store lacks raise SessionNotFoundError, and
-``claim`` on one does nothing (there is nothing to fence yet; call
-``ensure_session`` first to have the token recorded).
+Only ``ensure_session`` and ``begin_turn`` create sessions (they need the agent):
+``append`` and ``commit_turn`` on a session the store lacks raise
+SessionNotFoundError, and ``claim`` on one does nothing (there is nothing to fence
+yet; call ``ensure_session`` first to have the token recorded).
+
+The steps of a worker's turn are short: ``begin_turn`` is one transaction of two
+statements, ``checkpoint_step`` one statement, ``commit_turn`` (to a named branch)
+four on SQLite, five on PostgreSQL. Their statements are built once and run with
+parameters: building one costs more CPU than running it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, event, insert, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -39,6 +44,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     TurnCheckpoint,
     TurnRecord,
+    TurnStart,
     check_branch_id,
     check_fork_point,
     check_record,
@@ -228,7 +234,7 @@ class SqlStateStore:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _insert(self, table: Any) -> Any:
-        return (postgresql if self.dialect == "postgresql" else sqlite).insert(table)
+        return ops.dialect_insert(self.dialect, table)
 
     # --- the protocol -------------------------------------------------------------
 
@@ -302,8 +308,7 @@ class SqlStateStore:
         async def op(conn: AsyncConnection) -> str:
             active, _fence = await ops.lock_session(conn, session_id)
             source = branch_id or active
-            fork = await ops.fork_point(conn, session_id, source)
-            length = await ops.branch_length(conn, session_id, source, fork)
+            length = await ops.branch_tip(conn, session_id, source)
             check_fork_point(session_id, source, from_sequence, length)
             if await ops.has_branch(conn, session_id, new_id):
                 raise BranchError(
@@ -371,6 +376,53 @@ class SqlStateStore:
 
         await self._write(op)
 
+    async def begin_turn(
+        self, session_id: str, agent: str, *, fence: int | None = None, branch_id: str | None = None
+    ) -> TurnStart:
+        """Ensure the session, record ``fence`` and read a branch in one write
+        transaction; see StateStore.begin_turn.
+
+        Two statements on the common path: the session's upsert (which checks and
+        moves the fence) and the branch's read; a new session's second one inserts
+        its trunk instead, and another agent's session needs only the first.
+        """
+        now = time.time()
+        row_values = {
+            "session_id": session_id,
+            "agent": agent,
+            "active_branch": TRUNK,
+            "fence": fence or 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        upsert = ops.upsert_session(self.dialect, fenced=fence is not None)
+
+        async def op(conn: AsyncConnection) -> TurnStart:
+            row = (await conn.execute(upsert, row_values)).first()
+            if row is None:  # the fence refused the update
+                await ops.refuse(conn, session_id, fence)
+            info = SessionInfo(
+                session_id=session_id,
+                agent=row.agent,
+                active_branch=row.active_branch,
+                fence=row.fence,
+                created_at=row.created_at,
+            )
+            branch = branch_id or info.active_branch
+            if info.created_at == now:
+                # This upsert inserted the row (an existing one keeps its creation
+                # time). Should another session have been created at the very same
+                # clock reading, the insert below does nothing: it has its trunk.
+                trunk = {"session_id": session_id, "branch_id": TRUNK, "created_at": now}
+                await conn.execute(ops.insert_trunk(self.dialect), trunk)
+                return TurnStart(info=info, branch_id=branch, messages=[])
+            if info.agent != agent:
+                return TurnStart(info=info, branch_id=branch, messages=[])
+            history = await ops.read_branch(conn, session_id, branch)
+            return TurnStart(info=info, branch_id=branch, messages=history)
+
+        return await self._write(op)
+
     async def commit_turn(
         self,
         session_id: str,
@@ -386,6 +438,7 @@ class SqlStateStore:
         """
         check_record(session_id, record)
         values = {
+            "turn_id": record.turn_id,
             "session_id": session_id,
             "status": record.status.value,
             "attempt": record.attempt,
@@ -395,21 +448,22 @@ class SqlStateStore:
         }
 
         async def op(conn: AsyncConnection) -> None:
-            active = await ops.lock_fenced(conn, session_id, fence)
+            tip: int | None = None
+            if branch_id is not None and self.dialect == "sqlite":
+                # One statement fewer: the fence's UPDATE reads the branch's tip too.
+                branch = branch_id
+                tip = await ops.lock_fenced_at_tip(conn, session_id, fence, branch)
+            else:
+                active = await ops.lock_fenced(conn, session_id, fence)
+                branch = branch_id or active
             # The turn's record first: its primary key makes it the turn's one commit.
             # A record already there (or one a concurrent transaction is writing, which
             # this insert waits for) refuses the commit, and the raise rolls it back.
-            inserted = await conn.execute(
-                self._insert(turns)
-                .values(turn_id=record.turn_id, **values)
-                .on_conflict_do_nothing(index_elements=["turn_id"])
-            )
+            inserted = await conn.execute(ops.insert_turn(self.dialect), values)
             if inserted.rowcount != 1:
                 raise committed_twice(session_id, record.turn_id)
-            await ops.append_rows(conn, session_id, branch_id or active, messages, record.turn_id)
-            await conn.execute(
-                delete(turn_checkpoints).where(turn_checkpoints.c.turn_id == record.turn_id)
-            )
+            await ops.append_rows(conn, session_id, branch, messages, record.turn_id, tip)
+            await conn.execute(ops.delete_checkpoint(), {"tid": record.turn_id})
 
         await self._write(op)
 
@@ -437,27 +491,35 @@ class SqlStateStore:
         return await self._read(op)
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
-        """Store a running turn's completed steps; see StateStore.checkpoint_step."""
+        """Store a running turn's completed steps; see StateStore.checkpoint_step.
+
+        One statement when the fence is the stored one: the upsert checks it, and
+        that the turn is not committed, as it writes.
+        """
         session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
-        values = {
-            "session_id": session_id,
-            "branch_id": checkpoint.branch_id,
-            "step": checkpoint.step,
-            "attempt": checkpoint.attempt,
-            "messages": dump_steps(checkpoint.messages),
-            "updated_at": checkpoint.updated_at or time.time(),
+        params: dict[str, Any] = {
+            "v_turn_id": turn_id,
+            "v_session_id": session_id,
+            "v_branch_id": checkpoint.branch_id,
+            "v_step": checkpoint.step,
+            "v_attempt": checkpoint.attempt,
+            "v_messages": dump_steps(checkpoint.messages),
+            "v_updated_at": checkpoint.updated_at or time.time(),
         }
+        if fence is not None:
+            params["fence"] = fence
 
         async def op(conn: AsyncConnection) -> None:
+            guarded = ops.guarded_checkpoint(self.dialect, fenced=fence is not None)
+            if (await conn.execute(guarded, params)).rowcount:
+                return
+            # Nothing written: no session, a token other than the stored one, or a
+            # committed turn. Check the fence (raising, or moving a newer token on),
+            # then write unless the turn is committed.
             await ops.lock_fenced(conn, session_id, fence)
-            done = await conn.execute(select(turns.c.turn_id).where(turns.c.turn_id == turn_id))
-            if done.first() is not None:
+            unfenced = ops.guarded_checkpoint(self.dialect, fenced=False)
+            if not (await conn.execute(unfenced, params)).rowcount:
                 raise committed_twice(session_id, turn_id)
-            await conn.execute(
-                self._insert(turn_checkpoints)
-                .values(turn_id=turn_id, **values)
-                .on_conflict_do_update(index_elements=["turn_id"], set_=values)
-            )
 
         await self._write(op)
 

@@ -1,22 +1,54 @@
 """The SQL store's statements, each run on a connection inside the caller's transaction.
 
-Writers lock the session row first (``_lock_session``: FOR UPDATE on PostgreSQL;
-SQLite's write transactions are already serialised by BEGIN IMMEDIATE), so the
-read-then-write steps below (next sequence, fork bounds, fence) cannot race.
+Writers lock the session row first (``lock_session``: FOR UPDATE on PostgreSQL;
+``lock_fenced``: an UPDATE of the row; SQLite's write transactions are already
+serialised by BEGIN IMMEDIATE), so the read-then-write steps below (next sequence,
+fork bounds, fence) cannot race. On PostgreSQL a read that depends on the lock
+runs as a statement after it: a statement's snapshot is taken when it starts, so
+a read in the locking statement itself could miss what the previous holder wrote.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from sqlalchemy import and_, delete, func, literal, or_, select, update
+from sqlalchemy import (
+    CTE,
+    Delete,
+    Integer,
+    Select,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from reactq.shared.errors import BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, stale, view_ranges
-from reactq.shared.state.sql_schema import branches, message_row, messages, sessions, to_message
+from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, stale
+from reactq.shared.state.sql_schema import (
+    branches,
+    message_row,
+    messages,
+    sessions,
+    to_message,
+    turn_checkpoints,
+    turns,
+)
 
 
 async def session_info(conn: AsyncConnection, session_id: str) -> SessionInfo | None:
@@ -50,19 +82,65 @@ async def lock_fenced(conn: AsyncConnection, session_id: str, fence: int | None)
     """Lock the session's row for a fenced write and return its active branch.
 
     StaleLeaseError when a newer token than ``fence`` is recorded; a newer ``fence``
-    is recorded in the same transaction. ``fence`` None writes unfenced.
+    is recorded in the same statement. ``fence`` None writes unfenced.
+    SessionNotFoundError if the store lacks the session.
     """
-    active, stored = await lock_session(conn, session_id)
-    if fence is not None:
-        if stored > fence:
-            raise stale(session_id, stored, fence)
-        if fence > stored:
-            await conn.execute(
-                update(sessions)
-                .where(sessions.c.session_id == session_id)
-                .values(fence=fence, updated_at=time.time())
-            )
+    active, _tip = await _lock(conn, session_id, fence, None)
     return active
+
+
+async def lock_fenced_at_tip(
+    conn: AsyncConnection, session_id: str, fence: int | None, branch_id: str
+) -> int | None:
+    """``lock_fenced``, returning ``branch_tip`` of ``branch_id`` read in the same
+    statement (None if the session lacks the branch).
+
+    SQLite only, whose writers hold the database's write lock from BEGIN IMMEDIATE:
+    on PostgreSQL the read would see the statement's snapshot, taken before it
+    waited for the row, and could miss the previous holder's messages.
+    """
+    _active, tip = await _lock(conn, session_id, fence, branch_id)
+    return tip
+
+
+async def _lock(
+    conn: AsyncConnection, session_id: str, fence: int | None, tip_of: str | None
+) -> tuple[str, int | None]:
+    """(active branch, tip of ``tip_of`` or None) of the session locked by the fence."""
+    params: dict[str, Any] = {"sid": session_id, "now": time.time(), "bid": tip_of}
+    if fence is not None:
+        params["token"] = fence
+    query = _lock_fenced(fenced=fence is not None, tip=tip_of is not None)
+    row = (await conn.execute(query, params)).first()
+    if row is None:
+        await refuse(conn, session_id, fence)
+    tip = row[1] if tip_of is not None else None
+    return str(row[0]), None if tip is None else int(tip)
+
+
+@functools.cache
+def _lock_fenced(*, fenced: bool, tip: bool) -> Update:
+    # One UPDATE checks the fence, moves it on and locks the row (a writer's
+    # updated_at is touched as well, as the Redis store's writes do).
+    query = update(sessions).where(sessions.c.session_id == bindparam("sid"))
+    if fenced:
+        token = bindparam("token", type_=sessions.c.fence.type)
+        query = query.where(sessions.c.fence <= token).values(fence=token)
+    returned: list[Any] = [sessions.c.active_branch]
+    if tip:
+        returned.append(_branch_tip().scalar_subquery())
+    return query.values(updated_at=bindparam("now")).returning(*returned)
+
+
+async def refuse(conn: AsyncConnection, session_id: str, fence: int | None) -> NoReturn:
+    """Raise why a fenced write to the session updated nothing: SessionNotFoundError,
+    else StaleLeaseError (the stored token is newer than ``fence``)."""
+    stored = await conn.scalar(select(sessions.c.fence).where(sessions.c.session_id == session_id))
+    if stored is None:
+        raise SessionNotFoundError(f"no session {session_id!r} in the store")
+    if fence is None:  # pragma: no cover - an unfenced write is refused only without a row
+        raise AssertionError(f"an unfenced write to session {session_id!r} was refused")
+    raise stale(session_id, int(stored), fence)
 
 
 async def lock_session_if_any(conn: AsyncConnection, session_id: str) -> tuple[str, int] | None:
@@ -87,14 +165,29 @@ async def branch_tree(conn: AsyncConnection, session_id: str) -> dict[str, tuple
     return {str(b): (p, int(f or 0)) for b, p, f in rows}
 
 
-async def branch_length(conn: AsyncConnection, session_id: str, branch_id: str, fork: int) -> int:
-    """The last sequence of a branch's history: its last own message, or its fork point."""
-    last = await conn.scalar(
-        select(func.max(messages.c.sequence)).where(
-            messages.c.session_id == session_id, messages.c.branch_id == branch_id
-        )
+async def branch_tip(conn: AsyncConnection, session_id: str, branch_id: str) -> int:
+    """The last sequence of a branch's history: its last own message, or its fork point.
+
+    BranchNotFoundError if the session has no such branch.
+    """
+    row = (await conn.execute(_branch_tip(), {"sid": session_id, "bid": branch_id})).first()
+    if row is None:
+        raise _no_branch(session_id, branch_id)
+    return int(row[0])
+
+
+@functools.cache
+def _branch_tip() -> Select[Any]:
+    sid = bindparam("sid", type_=sessions.c.session_id.type)
+    bid = bindparam("bid", type_=branches.c.branch_id.type)
+    last = (
+        select(func.max(messages.c.sequence))
+        .where(messages.c.session_id == sid, messages.c.branch_id == bid)
+        .scalar_subquery()
     )
-    return int(last) if last is not None else fork
+    return select(func.coalesce(last, branches.c.fork_sequence, 0)).where(
+        branches.c.session_id == sid, branches.c.branch_id == bid
+    )
 
 
 async def has_branch(conn: AsyncConnection, session_id: str, branch_id: str) -> bool:
@@ -117,46 +210,79 @@ async def fork_point(conn: AsyncConnection, session_id: str, branch_id: str) -> 
         )
     ).first()
     if row is None:
-        raise BranchNotFoundError(
-            f"session {session_id!r} has no branch {branch_id!r}",
-            session_id=session_id,
-            branch_id=branch_id,
-        )
+        raise _no_branch(session_id, branch_id)
     return int(row[0] or 0)
+
+
+def _no_branch(session_id: str, branch_id: str) -> BranchNotFoundError:
+    return BranchNotFoundError(
+        f"session {session_id!r} has no branch {branch_id!r}",
+        session_id=session_id,
+        branch_id=branch_id,
+    )
 
 
 async def read_branch(
     conn: AsyncConnection, session_id: str, branch_id: str | None
 ) -> list[ChatMessage]:
-    """A branch's whole history (the active branch when None), oldest first."""
-    tree = await branch_tree(conn, session_id)
+    """A branch's whole history (the active branch when None), oldest first, in one
+    statement ([] for a session or branch the store lacks)."""
     if branch_id is None:
-        active = await conn.scalar(
-            select(sessions.c.active_branch).where(sessions.c.session_id == session_id)
-        )
-        if active is None:
-            return []
-        branch_id = str(active)
-    chain: list[tuple[str, int]] = []
-    current: str | None = branch_id
-    while current is not None and current in tree:
-        parent, fork = tree[current]
-        chain.append((current, fork))
-        current = parent
-    if not chain:
-        return []
-    clauses = []
-    for bid, after, upto in view_ranges(chain):
-        conditions = [messages.c.branch_id == bid, messages.c.sequence > after]
-        if upto is not None:
-            conditions.append(messages.c.sequence <= upto)
-        clauses.append(and_(*conditions))
-    query = (
+        rows = await conn.execute(_history(active=True), {"sid": session_id})
+    else:
+        rows = await conn.execute(_history(active=False), {"sid": session_id, "bid": branch_id})
+    return [to_message(row) for row in rows.mappings()]
+
+
+@functools.cache
+def _history(*, active: bool) -> Select[Any]:
+    """``read_branch``'s query: the branch's messages joined to ``_chain``'s ranges."""
+    sid = bindparam("sid", type_=sessions.c.session_id.type)
+    start: Any = bindparam("bid", type_=branches.c.branch_id.type)
+    if active:
+        start = select(sessions.c.active_branch).where(sessions.c.session_id == sid)
+        start = start.scalar_subquery()
+    chain = _chain(sid, start)
+    return (
         select(messages)
-        .where(messages.c.session_id == session_id, or_(*clauses))
+        .join(chain, messages.c.branch_id == chain.c.branch_id)
+        .where(
+            messages.c.session_id == sid,
+            messages.c.sequence > chain.c.lo,
+            or_(chain.c.hi.is_(None), messages.c.sequence <= chain.c.hi),
+        )
         .order_by(messages.c.sequence)
     )
-    return [to_message(row) for row in (await conn.execute(query)).mappings()]
+
+
+def _chain(sid: Any, start: Any) -> CTE:
+    """The branch ``start`` and its ancestors up to the trunk, each with the range of
+    its own messages the branch sees: ``lo < sequence <= hi`` (``hi`` NULL: no bound).
+    The recursive form of ``base.view_ranges``: a parent is capped at its child's
+    fork point, or at the child's own cap if lower."""
+    chain = (
+        select(
+            branches.c.branch_id,
+            branches.c.parent_branch_id.label("parent"),
+            func.coalesce(branches.c.fork_sequence, 0).label("lo"),
+            # Typed: PostgreSQL takes a recursive CTE's column types from this first part.
+            cast(null(), Integer).label("hi"),
+        )
+        .where(branches.c.session_id == sid, branches.c.branch_id == start)
+        .cte("chain", recursive=True)
+    )
+    up = branches.alias("up")
+    parent_hi = case(
+        (chain.c.hi.is_(None), chain.c.lo), (chain.c.lo < chain.c.hi, chain.c.lo), else_=chain.c.hi
+    )
+    return chain.union_all(
+        select(
+            up.c.branch_id,
+            up.c.parent_branch_id,
+            func.coalesce(up.c.fork_sequence, 0),
+            parent_hi,
+        ).where(up.c.session_id == sid, up.c.branch_id == chain.c.parent)
+    )
 
 
 async def append_rows(
@@ -165,12 +291,16 @@ async def append_rows(
     branch_id: str,
     new: Sequence[ChatMessage],
     turn_id: str | None,
+    tip: int | None = None,
 ) -> None:
-    """Insert messages after the branch's last one (the session row must be locked)."""
-    fork = await fork_point(conn, session_id, branch_id)
+    """Insert messages after the branch's last one (the session row must be locked);
+    BranchNotFoundError, even with nothing to insert, if the session lacks the branch.
+    ``tip`` is the branch's ``branch_tip`` when already read under the lock."""
+    if tip is None:
+        tip = await branch_tip(conn, session_id, branch_id)
+    start = tip + 1
     if not new:
         return
-    start = await branch_length(conn, session_id, branch_id, fork) + 1
     now = time.time()
     await conn.execute(
         messages.insert(),
@@ -241,3 +371,79 @@ async def truncate(conn: AsyncConnection, session_id: str, sequence: int, branch
             .values(fork_sequence=cut)
         )
     await conn.execute(delete(messages).where(own, messages.c.sequence > cut))
+
+
+# --- statements of a turn's steps, built once per dialect and run with parameters ---
+# (building a statement costs more CPU than compiling it, which SQLAlchemy caches)
+
+
+def dialect_insert(dialect: str, table: Table) -> Any:
+    """An INSERT of ``table`` with the dialect's ON CONFLICT clauses."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
+
+
+@functools.cache
+def upsert_session(dialect: str, *, fenced: bool) -> Any:
+    """Insert a session row (run with its columns), or on an existing one check and
+    move the fence (``fenced``), returning the row: none when a newer fence is stored."""
+    query = dialect_insert(dialect, sessions)
+    if fenced:
+        query = query.on_conflict_do_update(
+            index_elements=["session_id"],
+            set_={"fence": query.excluded.fence, "updated_at": query.excluded.updated_at},
+            where=sessions.c.fence <= query.excluded.fence,
+        )
+    else:
+        # A no-op update: DO NOTHING would return no row for an existing session.
+        query = query.on_conflict_do_update(
+            index_elements=["session_id"], set_={"fence": sessions.c.fence}
+        )
+    return query.returning(
+        sessions.c.agent, sessions.c.active_branch, sessions.c.fence, sessions.c.created_at
+    )
+
+
+@functools.cache
+def insert_trunk(dialect: str) -> Any:
+    """Insert a session's trunk unless it has one (run with the branch's columns)."""
+    query = dialect_insert(dialect, branches)
+    return query.on_conflict_do_nothing(index_elements=["session_id", "branch_id"])
+
+
+@functools.cache
+def insert_turn(dialect: str) -> Any:
+    """Insert a turn's record unless it has one (run with its columns)."""
+    return dialect_insert(dialect, turns).on_conflict_do_nothing(index_elements=["turn_id"])
+
+
+@functools.cache
+def delete_checkpoint() -> Delete:
+    """Delete a turn's checkpoint (run with ``tid``, the turn)."""
+    return delete(turn_checkpoints).where(turn_checkpoints.c.turn_id == bindparam("tid"))
+
+
+_CHECKPOINT_COLUMNS = ("turn_id", "session_id", "branch_id", "step", "attempt", "messages")
+
+
+@functools.cache
+def guarded_checkpoint(dialect: str, *, fenced: bool) -> Any:
+    """A checkpoint's upsert, written only if the session exists, its fence is
+    ``:fence`` (``fenced``) and the turn has no committed record. Run with the
+    checkpoint's columns prefixed ``v_`` (plain names are the INSERT's own)."""
+    columns = [*_CHECKPOINT_COLUMNS, "updated_at"]
+    session_id = bindparam("v_session_id", type_=sessions.c.session_id.type)
+    committed = select(turns.c.turn_id).where(turns.c.turn_id == bindparam("v_turn_id")).exists()
+    source = select(
+        *(bindparam(f"v_{name}", type_=turn_checkpoints.c[name].type) for name in columns)
+    ).where(sessions.c.session_id == session_id, ~committed)
+    if fenced:
+        source = source.where(sessions.c.fence == bindparam("fence", type_=sessions.c.fence.type))
+    if dialect == "postgresql":
+        # Held until the commit: a claim by a newer holder (an UPDATE of the row)
+        # waits for this write, or this write, having waited, sees the new token and
+        # writes nothing. SQLite's BEGIN IMMEDIATE already serialises writers.
+        source = source.with_for_update(key_share=True, of=sessions)
+    query = dialect_insert(dialect, turn_checkpoints).from_select(columns, source)
+    return query.on_conflict_do_update(
+        index_elements=["turn_id"], set_={name: query.excluded[name] for name in columns[1:]}
+    )

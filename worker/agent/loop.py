@@ -117,7 +117,10 @@ class AgentLoop:
         signal = CancelSignal(cancel) if cancel is not None else None
         run = Run(self, emitter, context, signal, on_step, decisions)
         try:
-            return await run.execute(messages, resume or [])
+            result = await run.execute(messages, resume or [])
+            if not emitter.final_follows:
+                await emitter.flush()  # nobody emits after us: publish what waits
+            return result
         except (asyncio.CancelledError, StaleLeaseError, TurnCommittedError, AwaitingApproval):
             raise
         except Exception as exc:  # the bus, a bug: the turn still ends cleanly

@@ -429,7 +429,8 @@ class Run:
         if not usage and not truncated:
             return
         cost = self.meter.add(usage)
-        await self.emitter.emit(
+        # Published with the event that follows (an action, a thought, the final).
+        self.emitter.emit_later(
             UsageEvent,
             prompt_tokens=usage.get("prompt_tokens", 0),
             completion_tokens=usage.get("completion_tokens", 0),

@@ -90,6 +90,7 @@ class AgentRunner:
         caller to park the turn. Without it such calls are denied.
         """
         cost: float | None = None
+        emitter.final_follows = True  # every path below ends with a final
         signal = CancelSignal(cancel) if cancel is not None else None
         try:
             user = ChatMessage(role="user", content=message, turn_id=turn_id)
@@ -113,7 +114,16 @@ class AgentRunner:
                     status=TurnStatus.CANCELLED,
                     usage={},
                 )
-            info = await self.store.ensure_session(session_id, self.agent_name)
+            # One step: the session (made if new), the lease's token recorded, and the
+            # history of the branch the turn runs on: the one active when it starts
+            # (even if another is switched to while it runs), or its checkpoint's.
+            start = await self.store.begin_turn(
+                session_id,
+                self.agent_name,
+                fence=fence,
+                branch_id=checkpoint.branch_id if checkpoint is not None else None,
+            )
+            info = start.info
             if info.agent != self.agent_name:
                 mismatch = AgentMismatchError(
                     f"session {session_id!r} belongs to agent {info.agent!r}, not "
@@ -125,14 +135,9 @@ class AgentRunner:
                 return await emitter.emit(
                     FinalEvent, text=mismatch.message, status=TurnStatus.REJECTED, usage={}
                 )
-            # The turn runs on the branch active when it starts, even if another
-            # branch is switched to while it runs.
-            branch = info.active_branch
-            resume: list[ChatMessage] = []
-            if checkpoint is not None:
-                branch = checkpoint.branch_id or branch
-                resume = checkpoint.messages
-            history = repair(await self.store.get_messages(session_id, branch))
+            branch = start.branch_id
+            resume = checkpoint.messages if checkpoint is not None else []
+            history = repair(start.messages)
             context = ToolContext(session_id=session_id, turn_id=turn_id, attempt=emitter.attempt)
 
             async def on_step(step: int, steps: list[ChatMessage]) -> None:

@@ -1,4 +1,5 @@
-"""Turning the SDK's completion objects (whole or streamed) into an ``LLMResponse``.
+"""Turning a completion (a whole body's JSON, or the SDK's streamed chunks) into an
+``LLMResponse``.
 
 Every malformed answer gets its own classified error: an error envelope in a
 200, a completion without choices, a stream without events.
@@ -18,7 +19,7 @@ from reactq.shared.errors import (
 from reactq.shared.messages import ToolCall
 from reactq.worker.agent.llm.base import DeltaSink, LLMResponse
 
-__all__ = ["StreamAssembler", "from_completion", "mentions_context_length"]
+__all__ = ["StreamAssembler", "from_completion_json", "mentions_context_length"]
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -57,33 +58,43 @@ def _raise_envelope(envelope: str, where: str = "") -> None:
     raise LLMErrorEnvelopeError(f"the endpoint sent an error{where}: {envelope}")
 
 
-def from_completion(completion: Any) -> LLMResponse:
-    """The response in a non-streamed ``ChatCompletion``; raises a classified LLMError."""
-    if not hasattr(completion, "choices"):
-        raise LLMResponseError(f"the endpoint answered a non-completion: {str(completion)[:200]!r}")
-    envelope = _error_envelope(completion)
-    if envelope is not None:
-        _raise_envelope(envelope)
-    if not completion.choices:
+def from_completion_json(data: Any) -> LLMResponse:
+    """The response in a non-streamed completion's decoded JSON body; raises a
+    classified LLMError (an error envelope in a 200, no choices, a non-completion)."""
+    if not isinstance(data, dict) or "choices" not in data:
+        error = data.get("error") if isinstance(data, dict) else None
+        if error is not None:
+            message = error.get("message") if isinstance(error, dict) else None
+            _raise_envelope(str(message or json.dumps(error, default=str)))
+        raise LLMResponseError(f"the endpoint answered a non-completion: {str(data)[:200]!r}")
+    if data.get("error") is not None:
+        error = data["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        _raise_envelope(str(message or json.dumps(error, default=str)))
+    choices = data["choices"]
+    if not choices:
         raise LLMNoChoicesError("the endpoint answered a completion with no choices")
-    choice = completion.choices[0]
-    message = choice.message
+    choice = choices[0]
+    message = choice["message"]
     calls: list[ToolCall] = []
-    for index, raw in enumerate(message.tool_calls or ()):
-        function = getattr(raw, "function", None)
+    for index, raw in enumerate(message.get("tool_calls") or ()):
+        function = raw.get("function")
         if function is not None:
-            name, arguments = function.name, function.arguments
+            name, arguments = function.get("name"), function.get("arguments")
         else:  # a "custom" tool call: free-form input
-            custom = getattr(raw, "custom", None)
-            name, arguments = getattr(custom, "name", ""), getattr(custom, "input", "")
+            custom = raw.get("custom") or {}
+            name, arguments = custom.get("name", ""), custom.get("input", "")
         calls.append(
-            ToolCall(id=raw.id or f"call_{index}", name=name or "", arguments=arguments or "")
+            ToolCall(
+                id=raw.get("id") or f"call_{index}", name=name or "", arguments=arguments or ""
+            )
         )
+    usage = data.get("usage") or {}
     return LLMResponse(
-        content=message.content,
+        content=message.get("content"),
         tool_calls=calls,
-        finish_reason=choice.finish_reason,
-        usage=_usage(completion.usage),
+        finish_reason=choice.get("finish_reason"),
+        usage={k: v for k in _USAGE_KEYS if isinstance(v := usage.get(k), int)},
     )
 
 
