@@ -7,7 +7,6 @@ imports ``worker``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -270,9 +269,8 @@ class Producer:
         parked = any(p.turn_id == turn_id for p in await self.approvals.waiting(session_id))
         result = await self.queue.cancel(session_id, turn_id)
         if result.outcome is CancelOutcome.CANCELLED and parked:
-            # It waited for decisions: its steps are dropped, the turns behind it go on.
-            with contextlib.suppress(Exception):
-                await (await self.store()).discard_checkpoint(session_id, turn_id)
+            # It waited for decisions: the cancel dropped its steps; the turns behind
+            # it go on.
             await endings.cancelled(
                 self.bus, session_id, turn_id, "cancelled while it waited for approval"
             )

@@ -42,6 +42,11 @@ class Keys:
         """A hash turn_id -> status JSON for the session's recent turns."""
         return self._s(session_id, "turns")
 
+    def steps(self, session_id: str) -> str:
+        """A hash turn_id -> the running turn's checkpointed steps (TurnCheckpoint
+        JSON), from its first completed step until it ends."""
+        return self._s(session_id, "steps")
+
     def lease(self, session_id: str) -> str:
         """The session's lease: ``<token>:<owner>`` with a TTL."""
         return self._s(session_id, "lease")

@@ -29,6 +29,7 @@ from reactq.shared.events import (
     StartedEvent,
 )
 from reactq.shared.keys import Keys
+from reactq.shared.protocol.steps import TurnSteps
 from reactq.shared.settings import Settings
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
@@ -255,6 +256,10 @@ async def test_cancel_while_waiting_and_fifo_behind_a_waiting_turn(
     s2 = sid()
     waiting = await p.submit(s2, f"pay path={effects}.c", agent="durable")
     await parked(p, s2, waiting.turn_id)
+    # The parked turn's step (the reply with its waiting call) is kept in Redis.
+    steps = TurnSteps(p.redis, p.keys, 60)
+    kept = await steps.get_checkpoint(s2, waiting.turn_id)
+    assert kept is not None and kept.messages[-1].tool_calls[0].name == "pay"
     behind = await p.submit(s2, "plain after cancel", agent="durable")
     result = await p.cancel(waiting.turn_id)
     assert result.outcome == "cancelled"
@@ -267,7 +272,7 @@ async def test_cancel_while_waiting_and_fifo_behind_a_waiting_turn(
         "plain after cancel",
         "plain done: plain after cancel",
     ]
-    assert await (await p.store()).get_checkpoint(s2, waiting.turn_id) is None
+    assert await steps.get_checkpoint(s2, waiting.turn_id) is None  # dropped with it
     assert lines(Path(f"{effects}.c")) == []
     with pytest.raises(ApprovalClosedError):
         await p.approve(waiting.turn_id, "anything")

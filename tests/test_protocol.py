@@ -16,9 +16,10 @@ from redis.asyncio import Redis
 
 import reactq
 from reactq.shared.bus import MemoryEventBus, TurnEmitter
-from reactq.shared.errors import InvalidTurnError
+from reactq.shared.errors import InvalidTurnError, StaleLeaseError
 from reactq.shared.events import FinalEvent
 from reactq.shared.keys import Keys
+from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.control import CancelMode, CancelNotice
 from reactq.shared.protocol.deadlines import Deadlines
@@ -27,8 +28,9 @@ from reactq.shared.protocol.endings import Failure
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import CancelOutcome, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
+from reactq.shared.protocol.steps import TurnSteps
 from reactq.shared.settings import Settings
-from reactq.shared.state import MemoryStateStore
+from reactq.shared.state import MemoryStateStore, TurnCheckpoint
 from reactq.shared.turns import (
     TURN_ID_RE,
     MultitaskStrategy,
@@ -297,3 +299,38 @@ async def test_submit_refuses_an_invalid_turn_id(queue: SessionQueue, redis: Red
     with pytest.raises(InvalidTurnError, match="turn id"):
         await queue.submit(bad)
     assert await redis.llen(queue.keys.pending(s)) == 0
+
+
+async def test_a_turns_steps_are_fenced_by_the_lease_and_go_with_the_turn(
+    queue: SessionQueue, redis: Redis, namespace: str
+) -> None:
+    keys = Keys(namespace)
+    s = sid()
+    first = turn(s)
+    await queue.submit(first)
+    lease = SessionLease(redis, keys, ttl_seconds=30, owner="w1")
+    token = await lease.acquire(s)
+    assert token is not None
+    claimed = await queue.claim_next(s)
+    assert claimed is not None and claimed.turn_id == first.turn_id
+    steps = TurnSteps(redis, keys, ttl_seconds=60)
+    step = TurnCheckpoint(
+        session_id=s,
+        turn_id=first.turn_id,
+        step=1,
+        messages=[ChatMessage(role="assistant", content="thinking")],
+        branch_id="trunk",
+    )
+    await steps.checkpoint_step(step, fence=token)
+    assert await steps.get_checkpoint(s, first.turn_id) == step
+    # A holder whose token no longer holds the lease writes nothing.
+    with pytest.raises(StaleLeaseError):
+        await steps.checkpoint_step(step.model_copy(update={"step": 2}), fence=token + 1)
+    assert (await steps.get_checkpoint(s, first.turn_id)).step == 1  # type: ignore[union-attr]
+    await lease.release(s, token)
+    with pytest.raises(StaleLeaseError):  # nobody holds it now
+        await steps.checkpoint_step(step, fence=token)
+    # The turn's end drops its steps, in the same call as it clears the running slot.
+    await queue.finish(s, first.turn_id, TurnStatus.COMPLETED)
+    assert await steps.get_checkpoint(s, first.turn_id) is None
+    assert not await redis.exists(keys.steps(s))

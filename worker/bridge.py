@@ -26,6 +26,7 @@ from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.steps import TurnSteps
 from reactq.shared.redis_client import connect
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
@@ -139,6 +140,9 @@ class Bridge:
             dispatch_grace_seconds=s.lease_ttl_seconds,
         )
         registry = self.registry = WorkerRegistry(self.redis, keys)
+        # A turn's steps outlive any wait for decisions; they go when the turn ends.
+        steps_ttl = max(s.session_meta_ttl_seconds, int(s.approval_timeout_seconds) + 3600)
+        steps = TurnSteps(self.redis, keys, steps_ttl)
         path = s.database_path
         created = path is not None and not path.exists()
         self.store = await open_store(s.database_url, namespace=s.namespace)
@@ -160,7 +164,7 @@ class Bridge:
                 shared_llms[key] = LLMClientPool([agent.build_llm(s) for _ in range(shards)])
             observed = observed_agent(agent, observer, s)
             loop = observed.build_loop(shared_llms[key], registries[name], settings=s)
-            runners[name] = AgentRunner(loop, self.store, name)
+            runners[name] = AgentRunner(loop, self.store, name, steps)
             if observer.active:
                 runners[name] = ObservedRunner(runners[name], observer)
         self.llms = list(shared_llms.values())
@@ -173,6 +177,7 @@ class Bridge:
             runners=runners,
             settings=s,
             worker_name=self.worker_name,
+            steps=steps,
         )
         await registry.register_agents(sorted(self.agents), self.worker_name)
         self._duties = [

@@ -45,7 +45,7 @@ from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import ClaimedTurn
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
-from reactq.shared.state import StateStore
+from reactq.shared.state import StateStore, StepStore
 from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
 from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.runner import AgentRunner
@@ -102,8 +102,12 @@ class Drainer:
         settings: Settings,
         worker_name: str,
         redispatch: Dispatch | None = None,
+        steps: StepStore | None = None,
     ) -> None:
+        """``steps``: where the runners checkpoint turns' steps (the store by default;
+        the pool passes its ``TurnSteps``)."""
         self.queue = queue
+        self.steps: StepStore = steps if steps is not None else store
         self.approvals = Approvals(queue.redis, queue.keys, queue.meta_ttl)
         self.lease = lease
         self.deadlines = deadlines
@@ -291,7 +295,7 @@ class Drainer:
             entry.cancel.set()
         # A turn run before (a lost worker) goes on from its last checkpointed step.
         checkpoint = (
-            await self.store.get_checkpoint(sid, turn.turn_id) if claimed.attempt > 1 else None
+            await self.steps.get_checkpoint(sid, turn.turn_id) if claimed.attempt > 1 else None
         )
         await emitter.emit(
             StartedEvent,
@@ -473,7 +477,7 @@ class Drainer:
     ) -> None:
         log.error("turn %s failed: %s: %s", emitter.turn_id, failure, message)
         with contextlib.suppress(Exception):  # steps of a turn that ended never commit
-            await self.store.discard_checkpoint(emitter.session_id, emitter.turn_id)
+            await self.steps.discard_checkpoint(emitter.session_id, emitter.turn_id)
         store = self.store if commit_fence is not None else None
         await endings.failed(emitter, failure, message, store=store, fence=commit_fence)
 

@@ -139,10 +139,16 @@ class SessionQueue:
         )
 
     async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
-        """Clear the running slot (if it still holds this turn) and record the status."""
+        """Clear the running slot (if it still holds this turn), record the status, and
+        drop the turn's checkpointed steps."""
         k = self.keys
         await self._finish(
-            keys=[k.running(session_id), k.turns(session_id), k.approvals(session_id)],
+            keys=[
+                k.running(session_id),
+                k.turns(session_id),
+                k.approvals(session_id),
+                k.steps(session_id),
+            ],
             args=[turn_id, str(status), self.meta_ttl],
         )
 
@@ -177,6 +183,7 @@ class SessionQueue:
                 k.approvals(session_id),
                 k.approvals_index,
                 k.lease_deadlines,
+                k.steps(session_id),
             ],
             args=[turn_id, self.cancel_ttl, session_id, self.grace_ms],
         )

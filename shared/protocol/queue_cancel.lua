@@ -1,7 +1,8 @@
 -- Cancel a turn: drop it from pending, end it if it is parked waiting for
 -- decisions, or flag it if it runs.
 -- Preludes: now_ms, running_slot, deadlines.
--- KEYS: pending, running, turns, cancel_flag, approvals, approvals index, deadlines
+-- KEYS: pending, running, turns, cancel_flag, approvals, approvals index, deadlines,
+-- steps
 -- ARGV: turn_id, ttl_s, session id, dispatch grace ms
 -- Returns {outcome, status}: the outcome is a CancelOutcome value (outcomes.py),
 -- the status the turn's after the call ('' when unknown).
@@ -23,6 +24,7 @@ if current then
       -- Parked: no worker holds it, so the cancel ends it here; the turns behind it
       -- are due at once (the caller dispatches a drain; the deadline is the backstop).
       redis.call('DEL', KEYS[2], KEYS[5])
+      redis.call('HDEL', KEYS[8], ARGV[1])  -- its steps are not kept
       redis.call('SREM', KEYS[6], ARGV[3])
       redis.call('HSET', KEYS[3], ARGV[1], 'cancelled')
       if redis.call('LLEN', KEYS[1]) > 0 then

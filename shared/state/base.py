@@ -123,6 +123,25 @@ class TurnRecord(BaseModel):
 
 
 @runtime_checkable
+class StepStore(Protocol):
+    """Where a running turn's completed steps are kept until it ends: a StateStore
+    (the embedded mode), or the worker pool's ``TurnSteps`` in Redis."""
+
+    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
+        """Store the turn's steps, replacing its previous checkpoint (StaleLeaseError,
+        nothing written, when a newer token was issued)."""
+        ...
+
+    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
+        """The turn's last checkpoint, or None."""
+        ...
+
+    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
+        """Forget the turn's checkpoint. Idempotent."""
+        ...
+
+
+@runtime_checkable
 class StateStore(Protocol):
     """Sessions, their messages and their turns' outcomes."""
 

@@ -10,10 +10,12 @@ re-raises and emits nothing more.
 A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
 ``cancelled`` and the session's history is as it was before the turn.
 
-Every completed step is checkpointed as it completes (``StateStore.checkpoint_step``,
-fenced like the commit, kept apart from the conversation); a turn given its
-``checkpoint`` back (attempt n+1 after a lost worker) goes on from there. The
-commit drops the checkpoint; a cancelled turn discards it.
+Every completed step is checkpointed as it completes (``StepStore.checkpoint_step``:
+the state store's, or the pool's ``TurnSteps`` in Redis; fenced like the commit,
+kept apart from the conversation); a turn given its ``checkpoint`` back (attempt
+n+1 after a lost worker) goes on from there. The end of the turn drops the
+checkpoint (the store's commit, or the pool's ``finish``); a cancelled turn
+discards it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from reactq.shared.errors import (
 from reactq.shared.events import ErrorEvent, FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.approvals import Decision
-from reactq.shared.state.base import StateStore, TurnCheckpoint, TurnRecord
+from reactq.shared.state.base import StateStore, StepStore, TurnCheckpoint, TurnRecord
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.history import repair
@@ -48,10 +50,15 @@ INTERRUPTED_MESSAGE = "[interrupted: the user sent a newer message before this a
 class AgentRunner:
     """Runs turns of one agent against a state store."""
 
-    def __init__(self, loop: AgentLoop, store: StateStore, agent_name: str) -> None:
+    def __init__(
+        self, loop: AgentLoop, store: StateStore, agent_name: str, steps: StepStore | None = None
+    ) -> None:
+        """``steps``: where the turn's completed steps are checkpointed (the store by
+        default; the worker pool keeps them in Redis, ``TurnSteps``)."""
         self.loop = loop
         self.store = store
         self.agent_name = agent_name
+        self.steps: StepStore = steps if steps is not None else store
 
     async def run_turn(
         self,
@@ -107,7 +114,7 @@ class AgentRunner:
                         FinalEvent, text=INTERRUPTED_MESSAGE, status=TurnStatus.CANCELLED
                     )
                 if checkpoint is not None:
-                    await self.store.discard_checkpoint(session_id, turn_id)
+                    await self.steps.discard_checkpoint(session_id, turn_id)
                 return await emitter.emit(
                     FinalEvent,
                     text=self.loop.config.cancelled_message,
@@ -149,7 +156,7 @@ class AgentRunner:
                     branch_id=branch,
                     attempt=emitter.attempt,
                 )
-                await self.store.checkpoint_step(saved, fence=fence)
+                await self.steps.checkpoint_step(saved, fence=fence)
 
             result = await self.loop.run(
                 [*history, user],
@@ -173,7 +180,7 @@ class AgentRunner:
                         usage=result.usage,
                         cost=result.cost,
                     )
-                await self.store.discard_checkpoint(session_id, turn_id)
+                await self.steps.discard_checkpoint(session_id, turn_id)
                 return await emitter.emit(
                     FinalEvent,
                     text=result.text,
