@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from reactq.shared.bus import EventBus
+from reactq.shared.bus import EventBus, PublishGuard
 from reactq.shared.errors import ConfigError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.state import open_store
@@ -97,14 +97,18 @@ class AuditedBus:
                 published.turn_id,
             )
 
-    async def publish_many(self, events: Sequence[E]) -> list[E]:
-        """Publish several events in order (in one call when the bus can), then record
-        them."""
+    async def publish_many(
+        self, events: Sequence[E], guard: PublishGuard | None = None
+    ) -> list[E] | None:
+        """Publish several events in order (in one call when the bus can; under
+        ``guard`` the bus must), then record them; None when the guard failed."""
         many = getattr(self.bus, "publish_many", None)
         if many is None:
+            if guard is not None:
+                raise TypeError(f"{type(self.bus).__name__} cannot publish under a guard")
             return [await self.publish(event) for event in events]
-        published: list[E] = await many(events)
-        for event in published:
+        published: list[E] | None = await (many(events) if guard is None else many(events, guard))
+        for event in published or ():
             await self._record(event)
         return published
 

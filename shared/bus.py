@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from reactq.shared.errors import InvalidStreamIdError, SchemaVersionError
+from reactq.shared.errors import InvalidStreamIdError, LeaseLostError, SchemaVersionError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_source
@@ -65,6 +65,18 @@ class EventBus(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PublishGuard:
+    """What a turn's final is published under (``RedisEventBus.publish_many``): the
+    session's lease must still hold ``token``, and the turn's status is recorded in
+    the same call, before the events."""
+
+    token: int
+    turn_id: str
+    status: str
+    status_ttl: int
+
+
 class TurnEmitter:
     """Publishes one attempt of one turn's events, numbering them with ``seq``."""
 
@@ -98,17 +110,32 @@ class TurnEmitter:
         """Build an event of ``event_cls`` with the turn's fields and publish it (with
         the events ``emit_later`` queued before it, in order, in one call when the bus
         can publish several at once)."""
-        event = self._build(event_cls, fields)
-        if not self._later:
+        return await self._send(self._build(event_cls, fields))
+
+    async def _send(self, event: E, guard: PublishGuard | None = None) -> E:
+        """Publish the queued events and ``event``; under ``guard`` (the bus must have
+        ``publish_many``), or raise LeaseLostError with nothing published."""
+        if guard is None and not self._later:
             return await self.bus.publish(event)
         earlier, self._later = self._later, []
         many = getattr(self.bus, "publish_many", None)
-        if many is not None:
-            published: list[BaseEvent] = await many([*earlier, event])
-            return published[-1]  # type: ignore[return-value]
-        for queued in earlier:
-            await self.bus.publish(queued)
-        return await self.bus.publish(event)
+        if many is None:
+            if guard is not None:
+                raise TypeError(f"{type(self.bus).__name__} cannot publish under a guard")
+            for queued in earlier:
+                await self.bus.publish(queued)
+            return await self.bus.publish(event)
+        published: list[BaseEvent] | None = await (
+            many([*earlier, event]) if guard is None else many([*earlier, event], guard)
+        )
+        if published is None:
+            raise LeaseLostError(
+                f"not publishing the {getattr(event, 'type', 'event')} of {self.turn_id}: "
+                "lease lost",
+                session_id=self.session_id,
+                turn_id=self.turn_id,
+            )
+        return published[-1]  # type: ignore[return-value]
 
     async def flush(self) -> None:
         """Publish the events ``emit_later`` queued, now."""
@@ -317,15 +344,23 @@ class RedisEventBus:
         )
         return event.model_copy(update={"id": _text(raw_id)})
 
-    async def publish_many(self, events: Sequence[E]) -> list[E]:
-        """``publish`` several events of one session, in order, in one call."""
+    async def publish_many(
+        self, events: Sequence[E], guard: PublishGuard | None = None
+    ) -> list[E] | None:
+        """``publish`` several events of one session, in order, in one call. With a
+        ``guard``, only while its lease holds its token (None, nothing published,
+        otherwise), recording the turn's status first."""
         session_id = events[0].session_id
         if any(e.session_id != session_id for e in events):
             raise ValueError("publish_many takes the events of one session")
-        ids = await self._publish_many(
-            keys=[self.keys.events(session_id), self.keys.channel(session_id)],
-            args=[self.maxlen, self.ttl_seconds, *(_payload(e) for e in events)],
-        )
+        keys = [self.keys.events(session_id), self.keys.channel(session_id)]
+        args: list[Any] = [self.maxlen, self.ttl_seconds, "", "", "", 0]
+        if guard is not None:
+            keys += [self.keys.lease(session_id), self.keys.turns(session_id)]
+            args[2:] = [str(guard.token), guard.turn_id, guard.status, guard.status_ttl]
+        ids = await self._publish_many(keys=keys, args=[*args, *(_payload(e) for e in events)])
+        if ids is None:
+            return None
         return [e.model_copy(update={"id": _text(i)}) for e, i in zip(events, ids, strict=True)]
 
     def subscribe(self, session_id: str, after: str | None = None) -> Subscription:

@@ -14,15 +14,17 @@ from redis.asyncio import Redis
 from reactq.shared.bus import (
     EventBus,
     MemoryEventBus,
+    PublishGuard,
     RedisEventBus,
     Subscription,
     TurnEmitter,
     parse_stream_id,
     stream_id_gt,
 )
-from reactq.shared.errors import InvalidStreamIdError
+from reactq.shared.errors import InvalidStreamIdError, LeaseLostError
 from reactq.shared.events import DeltaEvent, Event, FinalEvent, StartedEvent, UsageEvent
 from reactq.shared.keys import Keys
+from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.turns import TurnStatus
 
 
@@ -296,6 +298,31 @@ async def test_redis_stream_is_capped_and_expires(redis: Redis, keys: Keys) -> N
     assert 0 < await redis.ttl(keys.events(s)) <= 120
     stored = await bus.read(s)
     assert stored[-1].id == last.id  # type: ignore[union-attr]
+    await bus.close()
+
+
+async def test_a_final_goes_out_only_under_its_lease_with_the_status_first(
+    redis: Redis, keys: Keys
+) -> None:
+    s = sid()
+    bus = RedisEventBus(redis, keys, block_ms=200)
+    lease = SessionLease(redis, keys, ttl_seconds=30, owner="w1")
+    token = await lease.acquire(s)
+    assert token is not None
+    emitter = TurnEmitter(bus, s, "t1")
+    emitter.emit_later(UsageEvent, prompt_tokens=1, completion_tokens=1, total_tokens=2)
+    final = emitter._build(FinalEvent, {"text": "done", "status": TurnStatus.COMPLETED})
+    # Another token: nothing is published, no status recorded.
+    with pytest.raises(LeaseLostError):
+        await emitter._send(final, PublishGuard(token + 1, "t1", "completed", 60))
+    assert await bus.read(s) == [] and not await redis.hexists(keys.turns(s), "t1")
+    # The holder's token: the status first, then the events, in one call.
+    emitter.emit_later(UsageEvent, prompt_tokens=1, completion_tokens=1, total_tokens=2)
+    sent = await emitter._send(final, PublishGuard(token, "t1", "completed", 60))
+    assert [e.type for e in await bus.read(s)] == ["usage", "final"]
+    assert sent.id == (await bus.read(s))[-1].id
+    assert await redis.hget(keys.turns(s), "t1") == b"completed"
+    assert 0 < await redis.ttl(keys.turns(s)) <= 60
     await bus.close()
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from reactq.shared.bus import E, EventBus, TurnEmitter
+from reactq.shared.bus import E, EventBus, PublishGuard, TurnEmitter
 from reactq.shared.errors import (
     EvictedError,
     LeaseLostError,
@@ -68,23 +68,18 @@ class _Running:
 
 class _FencedEmitter(TurnEmitter):
     """Publishes a turn's final only while this worker still holds the session's
-    lease, so a process that wakes up after a pause cannot end a turn that its
-    new holder owns."""
+    lease (``token``), recording the turn's status in the same call, so a process
+    that wakes up after a pause cannot end a turn that its new holder owns, and a
+    reader who saw the final never reads an older status."""
 
-    still_holds: Callable[[], Awaitable[bool]] | None = None
-    record_status: Callable[[TurnStatus], Awaitable[None]] | None = None
+    token: int = 0
+    status_ttl: int = 0
 
     async def emit(self, event_cls: type[E], **fields: Any) -> E:
-        if event_cls is FinalEvent:
-            if self.still_holds is not None and not await self.still_holds():
-                raise LeaseLostError(
-                    f"not publishing the final of {self.turn_id}: lease lost",
-                    session_id=self.session_id,
-                    turn_id=self.turn_id,
-                )
-            if self.record_status is not None:
-                await self.record_status(TurnStatus(fields["status"]))
-        return await super().emit(event_cls, **fields)
+        if event_cls is not FinalEvent:
+            return await super().emit(event_cls, **fields)
+        guard = PublishGuard(self.token, self.turn_id, str(fields["status"]), self.status_ttl)
+        return await self._send(self._build(event_cls, fields), guard)
 
 
 class Drainer:
@@ -235,8 +230,7 @@ class Drainer:
             await self._reject_malformed(sid, claimed, exc)
             return
         emitter = _FencedEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
-        emitter.still_holds = lambda: self._still_holds(sid, token)
-        emitter.record_status = lambda status: self.queue.set_status(sid, turn.turn_id, status)
+        emitter.token, emitter.status_ttl = token, self.queue.meta_ttl
         try:
             await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):

@@ -152,15 +152,6 @@ class SessionQueue:
             args=[turn_id, str(status), self.meta_ttl],
         )
 
-    async def set_status(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
-        """Record a turn's status (before its final is published, so that a reader who
-        saw the final never reads an older status)."""
-        key = self.keys.turns(session_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, turn_id, str(status))
-            pipe.expire(key, self.meta_ttl)
-            await pipe.execute()
-
     async def give_back(self, session_id: str, turn_id: str) -> bool:
         """Leave the turn for another worker without charging this run (shutdown)."""
         return bool(await self._give_back(keys=[self.keys.running(session_id)], args=[turn_id]))
