@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -42,7 +42,7 @@ from reactq.shared.protocol.control import CancelMode
 from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.endings import Failure
 from reactq.shared.protocol.lease import SessionLease
-from reactq.shared.protocol.outcomes import ClaimedTurn
+from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
@@ -53,6 +53,7 @@ from reactq.worker.agent.runner import AgentRunner
 log = logging.getLogger("reactq.worker")
 
 Dispatch = Callable[[str, str], Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -167,8 +168,10 @@ class Drainer:
             log.debug("session %s: lease taken (token %d)", sid, token)
             interrupted = False
             failure: Exception | None = None
+            end: LeaseEnd | None = None
             try:
-                ran += await self._holding_lease(sid, token, self._drain_held(sid, token))
+                held, end = await self._holding_lease(sid, token, self._drain_held(sid, token))
+                ran += held
             except (StaleLeaseError, LeaseLostError) as exc:
                 log.warning("session %s: lease lost (%s); leaving it to the new holder", sid, exc)
                 interrupted = True
@@ -178,8 +181,16 @@ class Drainer:
                 failure = exc
             finally:
                 self._fenced.pop(sid, None)
-                with contextlib.suppress(RedisError):
-                    await self.lease.release(sid, token)
+                if end is None:  # not given up by the last step (advance) already
+                    with contextlib.suppress(RedisError):
+                        await self.lease.release(sid, token)
+            if end is LeaseEnd.RELEASED:
+                # Released in the call that found nothing to claim: a turn pushed
+                # after it finds the lease free and dispatches its own drain.
+                return ran
+            if end is LeaseEnd.LOST:
+                log.warning("session %s: lease lost; leaving it to the new holder", sid)
+                interrupted = True
             if failure is not None:
                 # The release dropped the session's deadline: put it back (due after
                 # a lease TTL) so the reaper retries a session that still has turns.
@@ -202,12 +213,15 @@ class Drainer:
             await self.dispatch(sid)  # shutting down: hand the session over
         return ran
 
-    async def _drain_held(self, sid: str, token: int) -> int:
+    async def _drain_held(self, sid: str, token: int) -> tuple[int, LeaseEnd | None]:
+        """Run the session's turns one by one; return how many ran, and how the hold
+        ended (None: stopped for a shutdown, the lease still held)."""
         ran = 0
-        while not self.stopping:
-            claimed = await self.queue.claim_next(sid)
-            if claimed is None:
-                break
+        if self.stopping:
+            return ran, None
+        step = await self.queue.advance(sid, token)
+        while isinstance(step, ClaimedTurn):
+            claimed, finished = step, None
             if claimed.already_ran:
                 # A turn id runs once: the claim took this copy off pending and left
                 # the turn (and its one final) as they are.
@@ -218,21 +232,30 @@ class Drainer:
                     claimed.turn_id,
                     claimed.already_ran,
                 )
-                continue
-            await self._run_claimed(sid, claimed, token)
-            ran += 1
-        return ran
+            else:
+                finished = await self._run_claimed(sid, claimed, token)
+                ran += 1
+            done = (claimed.turn_id, finished) if finished is not None else None
+            if self.stopping:
+                if done is not None:
+                    await self.queue.finish(sid, *done)
+                return ran, None
+            # Finish this turn and claim the next, or give the lease up, in one call.
+            step = await self.queue.advance(sid, token, done)
+        return ran, step
 
-    async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> None:
+    async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> TurnStatus | None:
+        """Run a claimed turn; return the status to finish it with (the caller does, in
+        its next step), or None when it was finished here or waits for people."""
         try:
             turn = claimed.parse()
         except Exception as exc:
             await self._reject_malformed(sid, claimed, exc)
-            return
+            return None
         emitter = _FencedEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
         emitter.token, emitter.status_ttl = token, self.queue.meta_ttl
         try:
-            await self._run_turn(sid, claimed, turn, emitter, token)
+            return await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):
             raise
         except Exception as exc:
@@ -246,21 +269,25 @@ class Drainer:
             ):
                 # The store had the turn already: it ended with what was committed.
                 log.warning("session %s: turn %s was committed already", sid, turn.turn_id)
-                return
+                return None
             # Otherwise end the turn visibly rather than leave it stuck in running.
             log.exception("session %s: turn %s failed in the worker", sid, turn.turn_id)
             with contextlib.suppress(Exception):
                 message = f"the worker failed: {exc!r}"[:500]
                 await self._fail(emitter, Failure.WORKER_ERROR, message)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
+            return None
 
     async def _run_turn(
         self, sid: str, claimed: ClaimedTurn, turn: TurnRequest, emitter: TurnEmitter, token: int
-    ) -> None:
+    ) -> TurnStatus | None:
+        """Run the turn; return the status its final had, for the caller to finish it
+        with, or None when it was finished here (a failure, already committed) or
+        parked."""
         if turn.session_id != sid:
             await self._fail(emitter, Failure.INVALID_TURN, "the turn names another session")
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
-            return
+            return None
         if claimed.attempt > 1:
             # Fence, then look. Once the store holds this lease's token, the previous
             # holder's commit has either landed (and is seen below) or will be
@@ -268,19 +295,19 @@ class Drainer:
             # turn would run and be stored again.
             await self._fence(sid, turn.agent, token)
             if await self._already_committed(sid, turn.turn_id, emitter):
-                return
+                return None
         if claimed.lost >= self.settings.max_attempts:
             text = f"the turn was lost with its worker {claimed.lost} times; giving up"
             await self.store.ensure_session(sid, turn.agent)
             await self._fail(emitter, Failure.MAX_ATTEMPTS, text, commit_fence=token)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
-            return
+            return None
         runner = self.runners.get(turn.agent)
         if runner is None:
             text = f"this worker does not host {turn.agent!r}"
             await self._fail(emitter, Failure.UNKNOWN_AGENT, text)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
-            return
+            return None
         # A first attempt's token is recorded by the runner's first store call
         # (``begin_turn``), in the same step as its history read.
         entry = _Running(sid)
@@ -336,11 +363,10 @@ class Drainer:
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
         except AwaitingApproval as waiting:
             await self._park(sid, turn.turn_id, emitter, waiting)
-            return
+            return None
         finally:
             self.running.pop(turn.turn_id, None)
             self._current.pop(sid, None)
-        await self.queue.finish(sid, turn.turn_id, final.status)
         duration = time.monotonic() - started
         log.info(
             "turn %s finished: %s in %.3fs (session %s, attempt %d)",
@@ -351,6 +377,7 @@ class Drainer:
             claimed.attempt,
             extra={**fields, "status": str(final.status), "duration_s": round(duration, 3)},
         )
+        return final.status
 
     async def _park(
         self, sid: str, turn_id: str, emitter: TurnEmitter, waiting: AwaitingApproval
@@ -384,7 +411,7 @@ class Drainer:
             await self.store.claim(sid, token)
             self._fenced[sid] = token
 
-    async def _holding_lease(self, sid: str, token: int, work: Awaitable[int]) -> int:
+    async def _holding_lease(self, sid: str, token: int, work: Awaitable[T]) -> T:
         """Run ``work`` (everything done under the lease, store waits included)
         while renewing the lease; stop it if the lease is lost.
 
@@ -402,6 +429,8 @@ class Drainer:
                     return task.result()
                 try:
                     if not await self.lease.renew(sid, token):
+                        if task.done():  # the work gave the lease up itself meanwhile
+                            return task.result()
                         raise LeaseLostError(
                             f"another worker holds the lease of {sid}", session_id=sid
                         )

@@ -52,6 +52,16 @@ class SubmitOutcome:
         return self.status is SubmitStatus.QUEUED and self.position == 1
 
 
+class LeaseEnd(StrEnum):
+    """How a drain's hold on a session ended when no next turn was claimed
+    (``SessionQueue.advance``)."""
+
+    RELEASED = "released"
+    """Nothing left to claim: the lease was given up in the same call."""
+    LOST = "lost"
+    """The token no longer held the lease: a newer holder owns the session."""
+
+
 @dataclass(frozen=True)
 class ClaimedTurn:
     """A turn taken into the running slot (the result of ``SessionQueue.claim_next``)."""

@@ -30,6 +30,7 @@ from reactq.shared.protocol.outcomes import (
     CancelOutcome,
     CancelResult,
     ClaimedTurn,
+    LeaseEnd,
     SubmitOutcome,
     SubmitStatus,
 )
@@ -37,9 +38,22 @@ from reactq.shared.redis_client import lua_source, text
 from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus, validate_turn_id
 
 _SUBMIT = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_submit")
-_CLAIM = lua_source(__name__, "now_ms", "running_slot", "approval_hold", "queue_claim")
+_CLAIM = lua_source(
+    __name__, "now_ms", "running_slot", "approval_hold", "claim_next", "queue_claim"
+)
 _HAS_WORK = lua_source(__name__, "now_ms", "running_slot", "approval_hold", "queue_has_work")
-_FINISH = lua_source(__name__, "running_slot", "queue_finish")
+_FINISH = lua_source(__name__, "running_slot", "finish_turn", "queue_finish")
+_NEXT = lua_source(
+    __name__,
+    "now_ms",
+    "running_slot",
+    "approval_hold",
+    "deadlines",
+    "claim_next",
+    "finish_turn",
+    "lease_free",
+    "queue_next",
+)
 _GIVE_BACK = lua_source(__name__, "running_slot", "queue_give_back")
 _CANCEL = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_cancel")
 
@@ -66,6 +80,7 @@ class SessionQueue:
         self._claim = redis.register_script(_CLAIM)
         self._has_work = redis.register_script(_HAS_WORK)
         self._finish = redis.register_script(_FINISH)
+        self._next = redis.register_script(_NEXT)
         self._give_back = redis.register_script(_GIVE_BACK)
         self._cancel = redis.register_script(_CANCEL)
 
@@ -122,21 +137,36 @@ class SessionQueue:
             ],
             args=[session_id],
         )
-        if not result:
-            return None
-        attempt, lost, turn_id, raw, already_ran, parked, expired, cancel = result
-        payload, readable = _payload_text(raw)
-        return ClaimedTurn(
-            int(attempt),
-            int(lost),
-            text(turn_id),  # ASCII: the script hands out valid turn ids only, or ''
-            payload,
-            already_ran=text(already_ran),
-            readable=readable,
-            parked=text(parked),
-            expired_calls=tuple(c for c in text(expired).split(",") if c),
-            cancel=CancelMode.read(text(cancel)) if cancel else None,
+        return None if not result else _claimed(result)
+
+    async def advance(
+        self, session_id: str, token: int, finished: tuple[str, TurnStatus] | None = None
+    ) -> ClaimedTurn | LeaseEnd:
+        """The drain's step between turns, in one call: finish the turn that ran
+        (``finished``: its id and status), then claim the next while ``token`` holds
+        the lease, or, with nothing to claim, release the lease (the session's
+        deadline then follows the release's rule). Returns the claimed turn, or how
+        the drain's hold ends: ``RELEASED``, or ``LOST`` (the token no longer held the
+        lease: nothing claimed, nothing released)."""
+        k = self.keys
+        turn_id, status = finished if finished is not None else ("", "")
+        result = await self._next(
+            keys=[
+                k.running(session_id),
+                k.pending(session_id),
+                k.turns(session_id),
+                k.approvals(session_id),
+                k.cancel_prefix(session_id),
+                k.approvals_index,
+                k.steps(session_id),
+                k.lease(session_id),
+                k.lease_deadlines,
+            ],
+            args=[session_id, turn_id, str(status), self.meta_ttl, str(token)],
         )
+        if isinstance(result, int):
+            return LeaseEnd.RELEASED if result == -1 else LeaseEnd.LOST
+        return _claimed(result)
 
     async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
         """Clear the running slot (if it still holds this turn), record the status, and
@@ -233,3 +263,20 @@ def _payload_text(raw: bytes | str) -> tuple[str, bool]:
         return raw.decode("utf-8"), True
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace"), False
+
+
+def _claimed(result: list[Any]) -> ClaimedTurn:
+    """A claim script's reply as a ClaimedTurn."""
+    attempt, lost, turn_id, raw, already_ran, parked, expired, cancel = result
+    payload, readable = _payload_text(raw)
+    return ClaimedTurn(
+        int(attempt),
+        int(lost),
+        text(turn_id),  # ASCII: the script hands out valid turn ids only, or ''
+        payload,
+        already_ran=text(already_ran),
+        readable=readable,
+        parked=text(parked),
+        expired_calls=tuple(c for c in text(expired).split(",") if c),
+        cancel=CancelMode.read(text(cancel)) if cancel else None,
+    )
