@@ -26,7 +26,7 @@ from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.dispatch import VISIBILITY_TIMEOUT_SECONDS, celery_app
 from reactq.shared.protocol.endings import Failure
 from reactq.shared.protocol.lease import SessionLease
-from reactq.shared.protocol.outcomes import CancelOutcome, SubmitStatus
+from reactq.shared.protocol.outcomes import CancelOutcome, ClaimedTurn, LeaseEnd, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.steps import TurnSteps
 from reactq.shared.settings import Settings
@@ -334,3 +334,36 @@ async def test_a_turns_steps_are_fenced_by_the_lease_and_go_with_the_turn(
     await queue.finish(s, first.turn_id, TurnStatus.COMPLETED)
     assert await steps.get_checkpoint(s, first.turn_id) is None
     assert not await redis.exists(keys.steps(s))
+
+
+async def test_advance_finishes_claims_or_releases_in_one_step(
+    queue: SessionQueue, redis: Redis, namespace: str
+) -> None:
+    keys = Keys(namespace)
+    s = sid()
+    first, second = turn(s), turn(s)
+    await queue.submit(first)
+    await queue.submit(second)
+    lease = SessionLease(redis, keys, ttl_seconds=30, owner="w1")
+    token = await lease.acquire(s)
+    assert token is not None
+    claimed = await queue.advance(s, token)
+    assert isinstance(claimed, ClaimedTurn) and claimed.turn_id == first.turn_id
+    # Finishing the first claims the second.
+    nxt = await queue.advance(s, token, (first.turn_id, TurnStatus.COMPLETED))
+    assert isinstance(nxt, ClaimedTurn) and nxt.turn_id == second.turn_id
+    assert await redis.hget(keys.turns(s), first.turn_id) == b"completed"
+    # A stale token claims nothing and releases nothing (the turn is still finished).
+    third = turn(s)
+    await queue.submit(third)
+    lost = await queue.advance(s, token + 1, (second.turn_id, TurnStatus.COMPLETED))
+    assert lost is LeaseEnd.LOST and await lease.holds(s, token)
+    assert await redis.hget(keys.turns(s), second.turn_id) == b"completed"
+    # With nothing left, the same step gives the lease up and drops the deadline.
+    last = await queue.advance(s, token)
+    assert isinstance(last, ClaimedTurn) and last.turn_id == third.turn_id
+    end = await queue.advance(s, token, (third.turn_id, TurnStatus.COMPLETED))
+    assert end is LeaseEnd.RELEASED
+    assert await lease.holder(s) is None
+    assert await redis.zscore(keys.lease_deadlines, s) is None
+    assert not await queue.has_work(s)
