@@ -10,7 +10,9 @@ Scenarios (``--scenario``, default ``basic``):
   flight (against LangGraph Platform's default of 10 per worker), peak RSS, p99.
 - ``recovery``: SIGKILL the worker running a turn; time until the re-run turn's
   ``final`` (lease TTL + reaper period bound it).
-- ``scaling``: throughput with 1 and 2 worker processes at zero model latency.
+- ``scaling``: turns/s and CPU per turn of the workers, Redis and PostgreSQL
+  (from /proc and INFO cpu) with 1, 2 and 4 worker processes on PostgreSQL state:
+  which part saturates first (docs/scaling.md works from these figures).
 - ``approval``: turns whose tool call needs a person, parked; the latency from a
   decision (``Producer.approve``) to the resumed attempt's ``started``, p50/p99.
 - ``cpu``: the worker process's CPU milliseconds per turn (all threads, from
@@ -334,22 +336,80 @@ def scenario_recovery(args: argparse.Namespace) -> None:
           f"4 s of model time); LangGraph Platform sweeps dead runs every 120 s")  # fmt: skip
 
 
-def scenario_scaling(args: argparse.Namespace) -> None:
-    results = {}
-    for workers in (1, 2):
-        bench = Bench(args, 0.0)
+def redis_cpu_seconds(url: str) -> float:
+    """CPU time the Redis server has used so far (INFO cpu: user + system)."""
+    import redis as redis_sync
+
+    client = redis_sync.Redis.from_url(url)
+    try:
+        info = client.info("cpu")
+    finally:
+        client.close()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time PostgreSQL has used so far: every live postgres process's, plus what
+    the postmaster has reaped from backends that exited (its children's time)."""
+    procs: dict[str, list[str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            pool = bench.pool(workers, args.concurrency)
+            text = stat.read_text()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")].startswith("postgres"):
+            procs[stat.parent.name] = text.rpartition(")")[2].split()
+    ticks = 0
+    for fields in procs.values():
+        ticks += int(fields[11]) + int(fields[12])
+        if fields[1] not in procs:  # the postmaster: its exited backends' time too
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def scenario_scaling(args: argparse.Namespace) -> None:
+    """Turns/s and CPU per turn (workers, Redis, PostgreSQL) for 1, 2 and 4 worker
+    processes on PostgreSQL state: which part would saturate first."""
+    rows = {}
+    backend = "given" if args.database_url else "postgres"
+    for workers in (1, 2, 4):
+        with state_url(args, backend) as url:
+            bench = Bench(args, args.latency, REACTQ_DATABASE_URL=url)
             try:
-                results[workers] = asyncio.run(run_turns(bench, args.turns, args.sessions))
+                pool = bench.pool(workers, args.concurrency)
+                pids = [p.pid for p in pool.procs]
+                try:
+                    asyncio.run(run_turns(bench, 40, 40))  # warm
+                    before = (
+                        sum(cpu_seconds(p) for p in pids),
+                        redis_cpu_seconds(args.redis_url),
+                        postgres_cpu_seconds(),
+                    )
+                    result = asyncio.run(run_turns(bench, args.turns, args.sessions))
+                    after = (
+                        sum(cpu_seconds(p) for p in pids),
+                        redis_cpu_seconds(args.redis_url),
+                        postgres_cpu_seconds(),
+                    )
+                finally:
+                    pool.stop()
             finally:
-                pool.stop()
-        finally:
-            bench.close()
-        print_turns(f"scaling: {workers} worker(s), zero model latency, {args.turns} turns "
-                    f"over {args.sessions} sessions", results[workers])  # fmt: skip
-    print(f"ratio: 2 workers / 1 worker throughput = "
-          f"{results[2]['turns/s'] / results[1]['turns/s']:.2f}")  # fmt: skip
+                bench.close()
+        per_turn = [(b - a) / args.turns for a, b in zip(before, after, strict=True)]
+        rows[workers] = (result, per_turn)
+    print(f"scaling on PostgreSQL state: {args.turns} turns over {args.sessions} sessions, "
+          f"model latency {args.latency * 1000:.0f} ms/call, each worker --concurrency "
+          f"{args.concurrency}, on this machine's {os.cpu_count()} cores (driver and model "
+          "server included)")  # fmt: skip
+    print("  workers  turns/s  vs 1   worker CPU/turn  Redis CPU/turn  PostgreSQL CPU/turn")
+    base = rows[1][0]["turns/s"]
+    for workers, (result, (worker, redis_cpu, pg_cpu)) in rows.items():
+        print(f"  {workers:7d}  {result['turns/s']:7.1f}  {result['turns/s'] / base:4.2f}"
+              f"  {ms(worker)}      {ms(redis_cpu)}     {ms(pg_cpu)}")  # fmt: skip
+    worker, redis_cpu, pg_cpu = rows[1][1]
+    print("  one core's worth of each, from the 1-worker row: "
+          f"worker {1 / worker:.0f} turns/s, Redis {1 / redis_cpu:.0f} turns/s, "
+          f"PostgreSQL {1 / pg_cpu:.0f} turns/s")  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from reactq.shared.bus import EventBus, PublishGuard
 from reactq.shared.errors import ConfigError
@@ -208,11 +208,11 @@ class SqlAuditSink:
                 log.exception("audit: could not record %d events", len(rows))
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        async def op(conn: AsyncConnection) -> None:
-            await conn.execute(audit_events.insert(), rows)
+        def op(conn: Connection) -> None:
+            conn.execute(audit_events.insert(), rows)
 
-        # The store's transaction helpers: busy retries on SQLite, one turn at a
-        # time on in-memory SQLite.
+        # The store's transaction helpers: the whole transaction in one hop to the
+        # writer thread on SQLite (busy retries included), run_sync on PostgreSQL.
         await self.store._write(op)
 
     async def turn_events(self, turn_id: str) -> list[Event]:
@@ -224,8 +224,8 @@ class SqlAuditSink:
             .order_by(audit_events.c.id)
         )
 
-        async def op(conn: AsyncConnection) -> list[str]:
-            return list((await conn.execute(query)).scalars().all())
+        def op(conn: Connection) -> list[str]:
+            return list(conn.execute(query).scalars().all())
 
         return [parse_event(payload) for payload in await self.store._read(op)]
 

@@ -19,11 +19,11 @@ from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.lease import SessionLease
-from reactq.shared.protocol.outcomes import ClaimedTurn
+from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore
-from reactq.shared.turns import TurnRequest
+from reactq.shared.turns import TurnRequest, TurnStatus
 from reactq.worker.agent.llm.base import LLMResponse
 from reactq.worker.agent.llm.scripted import ScriptedLLM
 from reactq.worker.agent.runner import AgentRunner
@@ -129,7 +129,18 @@ async def drain_rig(
             rig.claims.append(claimed)
         return claimed
 
+    real_advance = queue.advance
+
+    async def counted_advance(
+        session_id: str, token: int, finished: tuple[str, TurnStatus] | None = None
+    ) -> ClaimedTurn | LeaseEnd:
+        step = await real_advance(session_id, token, finished)
+        if isinstance(step, ClaimedTurn):
+            rig.claims.append(step)
+        return step
+
     queue.claim_next = counted_claim  # type: ignore[method-assign]
+    queue.advance = counted_advance  # type: ignore[method-assign]
     try:
         yield rig
     finally:

@@ -11,10 +11,12 @@ that point with a gate (no timing luck), on the backends several workers share.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy.util import await_only
 
 from reactq.shared.errors import TurnCommittedError
 from reactq.shared.events import FinalEvent
@@ -56,10 +58,17 @@ def hold_commits(store: StateStore, gate: Gate, monkeypatch: pytest.MonkeyPatch)
     """
     if isinstance(store, SqlStateStore):
         real_append = sql_ops.append_rows
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
 
-        async def gated_append(*args: Any) -> None:
-            await gate.pause()
-            await real_append(*args)
+        def gated_append(*args: Any) -> None:
+            # The transaction is synchronous: on SQLite it runs in the store's thread,
+            # on PostgreSQL in run_sync's greenlet on the loop.
+            if threading.get_ident() == loop_thread:
+                await_only(gate.pause())
+            else:
+                asyncio.run_coroutine_threadsafe(gate.pause(), loop).result()
+            real_append(*args)
 
         monkeypatch.setattr(sql_ops, "append_rows", gated_append)
     else:

@@ -195,17 +195,17 @@ async def test_a_drain_that_fails_leaves_its_session_to_the_reaper(rig: Rig) -> 
     s = sid()
     later = rig.turn(s, "still runs")
     await rig.queue.submit(later)
-    working = rig.queue.claim_next
+    working = rig.queue.advance
 
-    async def broken(session_id: str) -> None:
+    async def broken(*args: object) -> None:
         raise RuntimeError("the claim broke")
 
-    rig.queue.claim_next = broken  # type: ignore[method-assign,assignment]
+    rig.queue.advance = broken  # type: ignore[method-assign,assignment]
     with pytest.raises(RuntimeError, match="the claim broke"):
         await drain(rig, s)
     assert await rig.redis.get(rig.keys.lease(s)) is None
     assert await rig.redis.zscore(rig.keys.lease_deadlines, s) is not None
-    rig.queue.claim_next = working  # type: ignore[method-assign]
+    rig.queue.advance = working  # type: ignore[method-assign]
     assert await drain(rig, s) == 1
     await assert_completed(rig, s, later.turn_id, "still runs")
     await assert_at_rest(rig, s)

@@ -4,14 +4,17 @@ every backend on real servers; branching is in test_state_branches.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import textwrap
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
+from sqlalchemy.engine import Connection
 
 from reactq.shared.errors import (
     BranchNotFoundError,
@@ -34,6 +37,7 @@ from reactq.shared.state import (
 from reactq.shared.state.redis import RedisStateStore
 from reactq.shared.state.sql import SqlStateStore
 from reactq.shared.state.sql_schema import messages as messages_table
+from reactq.shared.state.sql_schema import sessions as sessions_table
 from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
     contents,
@@ -345,6 +349,88 @@ async def test_sqlite_file_runs_in_wal_mode(tmp_path: Path) -> None:
         async with store.engine.connect() as conn:
             assert (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar() == "wal"
             assert (await conn.exec_driver_sql("PRAGMA busy_timeout")).scalar() == 30_000
+
+        def pragmas(conn: Connection) -> tuple[str, int]:
+            journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+            return journal, conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+
+        # The store's own connections (its transactions run on another engine).
+        assert await store._read(pragmas) == ("wal", 30_000)
+        assert await store._write(pragmas) == ("wal", 30_000)
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def hold_write_lock(store: SqlStateStore) -> AsyncIterator[None]:
+    """A transaction on another connection holding SQLite's write lock until the
+    block ends (rolled back)."""
+    async with store.engine.connect() as conn:
+        await conn.begin()
+        await conn.execute(update(sessions_table).values(updated_at=0.0))
+        yield
+
+
+async def test_sqlite_reads_run_beside_a_waiting_writer(tmp_path: Path) -> None:
+    """A write waiting for SQLite's lock holds up this process's writers, not its
+    readers (they run on other threads, and WAL lets them)."""
+    store = await SqlStateStore.open(f"sqlite+aiosqlite:///{tmp_path}/r.db")
+    try:
+        s = sid()
+        await store.ensure_session(s, "a")
+        async with hold_write_lock(store):
+            waiting = asyncio.ensure_future(store.append(s, [user("m")]))
+            await asyncio.sleep(0.1)
+            assert await asyncio.wait_for(store.get_messages(s), 5) == []
+            assert not waiting.done()
+        await asyncio.wait_for(waiting, 10)
+        assert await contents(store, s) == [(1, "m")]
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_sqlite_write_does_not_land(tmp_path: Path) -> None:
+    """Cancelled while it waits for SQLite's lock, a write rolls back (as it did
+    through an async driver) instead of committing behind its caller's back."""
+    store = await SqlStateStore.open(f"sqlite+aiosqlite:///{tmp_path}/c.db")
+    try:
+        s = sid()
+        await store.ensure_session(s, "a")
+        async with hold_write_lock(store):
+            cancelled = asyncio.ensure_future(store.append(s, [user("cancelled")]))
+            await asyncio.sleep(0.1)  # the writer thread waits in SQLite's busy handler
+            cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        await store.append(s, [user("next")])  # queued behind the cancelled one
+        assert await contents(store, s) == [(1, "next")]
+    finally:
+        await store.close()
+
+
+async def test_a_postgres_store_outlives_its_connections_being_cut(postgres_url: str) -> None:
+    """Pooled connections are not pinged before use: when the server drops them
+    (a restart, an idle cut), the next transactions find them dead, before they
+    stored anything, and run again on fresh ones; nothing is lost or doubled."""
+    import asyncpg
+
+    store = await SqlStateStore.open(postgres_url)
+    try:
+        s = sid()
+        await store.ensure_session(s, "a")
+        await asyncio.gather(*(store.append(s, [user(f"m{i}")]) for i in range(4)))
+        admin = await asyncpg.connect(postgres_url.replace("+asyncpg", ""), timeout=5)
+        try:
+            cut = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await admin.close()
+        assert cut >= 1  # the store's pooled connections
+        await store.append(s, [user("after")])
+        assert (await store.get_messages(s))[-1].content == "after"
+        assert len(await store.get_messages(s)) == 5
     finally:
         await store.close()
 
@@ -603,7 +689,7 @@ async def test_sql_turn_steps_are_single_short_transactions(store: StateStore) -
     def on_commit(_conn: object) -> None:
         commits.append(1)
 
-    engine = store.engine.sync_engine
+    engine = store.sync_engine  # the one its transactions run on
     event.listen(engine, "before_cursor_execute", on_statement)
     event.listen(engine, "commit", on_commit)
     try:

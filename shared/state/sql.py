@@ -1,4 +1,4 @@
-"""SqlStateStore: the shared state in SQL through SQLAlchemy 2 async.
+"""SqlStateStore: the shared state in SQL through SQLAlchemy 2.
 
 SQLite (``sqlite+aiosqlite://``) is the default: every connection runs in WAL
 mode with a busy timeout and writes open with ``BEGIN IMMEDIATE``, so several
@@ -7,6 +7,11 @@ sequence, the fence check) are serialised by SQLite's write lock. PostgreSQL
 (``postgresql+asyncpg://``) gets the same guarantee from a lock on the session
 row (``SELECT ... FOR UPDATE``, or the statement that checks the fence). Tables
 are defined in ``sql_schema``.
+
+Every transaction is a plain function of a SQLAlchemy ``Connection``, run whole by
+``sql_engines``: on SQLite in one hop to a thread, over the stdlib ``sqlite3``
+driver (the URL names aiosqlite, the async driver of the same file); on
+PostgreSQL through ``run_sync`` on the asyncpg engine.
 
 Only ``ensure_session`` and ``begin_turn`` create sessions (they need the agent):
 ``append`` and ``commit_turn`` on a session the store lacks raise
@@ -21,18 +26,14 @@ parameters: building one costs more CPU than running it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, event, insert, select, text, update
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
@@ -54,6 +55,13 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
+from reactq.shared.state.sql_engines import (
+    AsyncTransactions,
+    SqliteTransactions,
+    Transactions,
+    in_memory,
+    sqlite_engines,
+)
 from reactq.shared.state.sql_schema import (
     branches,
     dec,
@@ -68,16 +76,24 @@ T = TypeVar("T")
 
 _DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
 _SCHEMA_LOCK_KEY = 0x72656163_7471  # pg advisory lock id: concurrent migrations queue
-_BUSY_RETRIES = 8
 
 
 class SqlStateStore:
     """The StateStore contract on SQLite or PostgreSQL; see the module docstring.
 
     Build it with ``await SqlStateStore.open(url)`` (or construct, then ``init()``).
-    ``engine`` lets a caller share one it made; the store then does not dispose it.
+    ``engine`` lets a caller share an AsyncEngine it made; the store then does not
+    dispose it (on SQLite the store's transactions run on an engine of its own over
+    the same file, and an in-memory database cannot be shared). ``pool_size``: on
+    SQLite, the threads reading beside the one writing, a connection each; on
+    PostgreSQL, ``pool_size + max_overflow`` connections at most, each kept open.
     ``upgrade`` decides whether ``init`` may migrate the schema (see
     ``migrate.prepare_schema``; None: SQLite yes, PostgreSQL only when empty).
+
+    ``engine`` (async) reaches the store's database on either backend;
+    ``sync_engine`` is the one its transactions run on, whose events see every
+    statement: on SQLite a ``sqlite+pysqlite`` engine, on PostgreSQL
+    ``engine.sync_engine``.
     """
 
     def __init__(
@@ -113,42 +129,30 @@ class SqlStateStore:
         # None: SQLite (the embedded default) upgrades itself; PostgreSQL only
         # creates the schema in an empty database and leaves upgrades to the operator.
         self.upgrade = upgrade
-        database = self.url.database or ""
-        in_memory = backend == "sqlite" and database in ("", ":memory:")
         self._owns_engine = engine is None
-        if engine is None:
-            engine = self._make_engine(in_memory, pool_size, max_overflow, busy_timeout_seconds)
-        self.engine = engine
+        self.engine: AsyncEngine
+        self.sync_engine: Engine
+        self._tx: Transactions
         if backend == "sqlite":
-            _install_sqlite_hooks(engine, busy_timeout_seconds)
-        # In-memory SQLite is one shared connection: transactions must take turns.
-        self._serial = asyncio.Lock() if in_memory else None
-        # SQLite has one writer at a time. Queueing this process's writers here
-        # is far cheaper than letting them spin in SQLite's busy handler (which
-        # sleeps in growing steps): other processes still wait on the file lock.
-        self._write_gate = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._writer = engine.execution_options(reactq_write=True)
-
-    def _make_engine(
-        self, in_memory: bool, pool_size: int, max_overflow: int, busy_timeout: float
-    ) -> AsyncEngine:
-        if in_memory:
-            return create_async_engine(
-                self.url, poolclass=StaticPool, connect_args={"check_same_thread": False}
-            )
-        if self.dialect == "sqlite":
-            database = self.url.database or ""
-            if not database.startswith("file:"):
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
-            return create_async_engine(
+            self.engine, self.sync_engine = sqlite_engines(
                 self.url,
+                engine,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
-                connect_args={"timeout": busy_timeout},
+                busy_timeout=busy_timeout_seconds,
             )
-        return create_async_engine(
-            self.url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True
-        )
+            self._tx = SqliteTransactions(
+                self.sync_engine, readers=pool_size, shared=in_memory(self.url)
+            )
+        else:
+            # Every connection is kept once opened (no overflow connections opened and
+            # closed again under a burst: a connect costs more than many
+            # transactions); a transaction beyond them waits for one to come back.
+            self.engine = engine or create_async_engine(
+                self.url, pool_size=pool_size + max_overflow, max_overflow=0, pool_timeout=60
+            )
+            self.sync_engine = self.engine.sync_engine
+            self._tx = AsyncTransactions(self.engine)
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> SqlStateStore:
@@ -170,68 +174,39 @@ class SqlStateStore:
         one this store may not upgrade (``reactq db upgrade`` does).
         """
 
-        async def prepare(conn: AsyncConnection) -> None:
-            if self.dialect == "postgresql":
-                await conn.execute(
-                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY}
-                )
-            await conn.run_sync(schema.prepare_schema, self.upgrade)
+        def prepare(conn: Connection) -> None:
+            self._lock_schema(conn)
+            schema.prepare_schema(conn, self.upgrade)
 
         await self._write(prepare)
 
     async def migrate(self, revision: str = "head") -> str:
         """Apply the schema migrations up to ``revision``; return the revision reached."""
 
-        async def op(conn: AsyncConnection) -> str:
-            if self.dialect == "postgresql":
-                await conn.execute(
-                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY}
-                )
-            return await conn.run_sync(schema.migrate, revision)
+        def op(conn: Connection) -> str:
+            self._lock_schema(conn)
+            return schema.migrate(conn, revision)
 
         return await self._write(op)
 
     async def schema_revision(self) -> str | None:
         """The database's schema revision (None for an empty database)."""
+        return await self._read(schema.current_revision)
 
-        async def op(conn: AsyncConnection) -> str | None:
-            return await conn.run_sync(schema.current_revision)
-
-        return await self._read(op)
+    def _lock_schema(self, conn: Connection) -> None:
+        # SQLite's write transaction already excludes every other writer.
+        if self.dialect == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SCHEMA_LOCK_KEY})
 
     # --- transactions -------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _turn(self) -> AsyncIterator[None]:
-        if self._serial is None:
-            yield
-        else:
-            async with self._serial:
-                yield
+    async def _read(self, op: Callable[[Connection], T]) -> T:
+        """Run ``op`` in one read transaction."""
+        return await self._tx.read(op)
 
-    @contextlib.asynccontextmanager
-    async def _gate(self) -> AsyncIterator[None]:
-        if self._write_gate is None:
-            yield
-        else:
-            async with self._write_gate:
-                yield
-
-    async def _read(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        async with self._turn(), self.engine.connect() as conn:
-            return await op(conn)
-
-    async def _write(self, op: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run ``op`` in one write transaction, retrying while SQLite reports it busy."""
-        for attempt in range(_BUSY_RETRIES):
-            try:
-                async with self._turn(), self._gate(), self._writer.begin() as conn:
-                    return await op(conn)
-            except OperationalError as exc:
-                if not _is_busy(exc) or attempt == _BUSY_RETRIES - 1:
-                    raise
-                await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
-        raise AssertionError("unreachable")  # the loop returns or raises
+    async def _write(self, op: Callable[[Connection], T]) -> T:
+        """Run ``op`` in one write transaction (on SQLite: retried while busy)."""
+        return await self._tx.write(op)
 
     def _insert(self, table: Any) -> Any:
         return ops.dialect_insert(self.dialect, table)
@@ -247,8 +222,8 @@ class SqlStateStore:
             return existing
         now = time.time()
 
-        async def op(conn: AsyncConnection) -> SessionInfo:
-            await conn.execute(
+        def op(conn: Connection) -> SessionInfo:
+            conn.execute(
                 self._insert(sessions)
                 .values(
                     session_id=session_id,
@@ -260,12 +235,12 @@ class SqlStateStore:
                 )
                 .on_conflict_do_nothing(index_elements=["session_id"])
             )
-            await conn.execute(
+            conn.execute(
                 self._insert(branches)
                 .values(session_id=session_id, branch_id=TRUNK, created_at=now)
                 .on_conflict_do_nothing(index_elements=["session_id", "branch_id"])
             )
-            info = await ops.session_info(conn, session_id)
+            info = ops.session_info(conn, session_id)
             if info is None:  # pragma: no cover - the row was just ensured
                 raise SessionNotFoundError(f"session {session_id!r} vanished")
             return info
@@ -287,9 +262,9 @@ class SqlStateStore:
     ) -> None:
         """Append messages to a branch (the active one by default), unfenced."""
 
-        async def op(conn: AsyncConnection) -> None:
-            active, _fence = await ops.lock_session(conn, session_id)
-            await ops.append_rows(conn, session_id, branch_id or active, messages, None)
+        def op(conn: Connection) -> None:
+            active, _fence = ops.lock_session(conn, session_id)
+            ops.append_rows(conn, session_id, branch_id or active, messages, None)
 
         await self._write(op)
 
@@ -305,18 +280,18 @@ class SqlStateStore:
         """Start a branch keeping messages 1..``from_sequence``; see StateStore.fork."""
         new_id = check_branch_id(new_branch_id) if new_branch_id else _new_branch()
 
-        async def op(conn: AsyncConnection) -> str:
-            active, _fence = await ops.lock_session(conn, session_id)
+        def op(conn: Connection) -> str:
+            active, _fence = ops.lock_session(conn, session_id)
             source = branch_id or active
-            length = await ops.branch_tip(conn, session_id, source)
+            length = ops.branch_tip(conn, session_id, source)
             check_fork_point(session_id, source, from_sequence, length)
-            if await ops.has_branch(conn, session_id, new_id):
+            if ops.has_branch(conn, session_id, new_id):
                 raise BranchError(
                     f"session {session_id!r} already has a branch {new_id!r}",
                     session_id=session_id,
                     branch_id=new_id,
                 )
-            await conn.execute(
+            conn.execute(
                 insert(branches).values(
                     session_id=session_id,
                     branch_id=new_id,
@@ -326,7 +301,7 @@ class SqlStateStore:
                 )
             )
             if activate:
-                await _set_active(conn, session_id, new_id)
+                _set_active(conn, session_id, new_id)
             return new_id
 
         return await self._write(op)
@@ -338,10 +313,10 @@ class SqlStateStore:
     async def switch_branch(self, session_id: str, branch_id: str) -> None:
         """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
 
-        async def op(conn: AsyncConnection) -> None:
-            await ops.lock_session(conn, session_id)
-            await ops.fork_point(conn, session_id, branch_id)
-            await _set_active(conn, session_id, branch_id)
+        def op(conn: Connection) -> None:
+            ops.lock_session(conn, session_id)
+            ops.fork_point(conn, session_id, branch_id)
+            _set_active(conn, session_id, branch_id)
 
         await self._write(op)
 
@@ -350,10 +325,10 @@ class SqlStateStore:
     ) -> None:
         """Hard-delete a branch's own messages after ``sequence``; see StateStore."""
 
-        async def op(conn: AsyncConnection) -> None:
-            locked = await ops.lock_session_if_any(conn, session_id)
+        def op(conn: Connection) -> None:
+            locked = ops.lock_session_if_any(conn, session_id)
             if locked is not None:
-                await ops.truncate(conn, session_id, sequence, branch_id or locked[0])
+                ops.truncate(conn, session_id, sequence, branch_id or locked[0])
 
         await self._write(op)
 
@@ -363,14 +338,14 @@ class SqlStateStore:
         A session the store does not have yet is left alone (nothing to fence).
         """
 
-        async def op(conn: AsyncConnection) -> None:
-            result = await conn.execute(
+        def op(conn: Connection) -> None:
+            result = conn.execute(
                 update(sessions)
                 .where(sessions.c.session_id == session_id, sessions.c.fence <= fence)
                 .values(fence=fence, updated_at=time.time())
             )
             if result.rowcount == 0:
-                locked = await ops.lock_session_if_any(conn, session_id)
+                locked = ops.lock_session_if_any(conn, session_id)
                 if locked is not None:
                     raise stale(session_id, locked[1], fence)
 
@@ -397,10 +372,10 @@ class SqlStateStore:
         }
         upsert = ops.upsert_session(self.dialect, fenced=fence is not None)
 
-        async def op(conn: AsyncConnection) -> TurnStart:
-            row = (await conn.execute(upsert, row_values)).first()
+        def op(conn: Connection) -> TurnStart:
+            row = conn.execute(upsert, row_values).first()
             if row is None:  # the fence refused the update
-                await ops.refuse(conn, session_id, fence)
+                ops.refuse(conn, session_id, fence)
             info = SessionInfo(
                 session_id=session_id,
                 agent=row.agent,
@@ -414,11 +389,11 @@ class SqlStateStore:
                 # time). Should another session have been created at the very same
                 # clock reading, the insert below does nothing: it has its trunk.
                 trunk = {"session_id": session_id, "branch_id": TRUNK, "created_at": now}
-                await conn.execute(ops.insert_trunk(self.dialect), trunk)
+                conn.execute(ops.insert_trunk(self.dialect), trunk)
                 return TurnStart(info=info, branch_id=branch, messages=[])
             if info.agent != agent:
                 return TurnStart(info=info, branch_id=branch, messages=[])
-            history = await ops.read_branch(conn, session_id, branch)
+            history = ops.read_branch(conn, session_id, branch)
             return TurnStart(info=info, branch_id=branch, messages=history)
 
         return await self._write(op)
@@ -447,35 +422,31 @@ class SqlStateStore:
             "created_at": record.created_at or time.time(),
         }
 
-        async def op(conn: AsyncConnection) -> None:
+        def op(conn: Connection) -> None:
             tip: int | None = None
             if branch_id is not None and self.dialect == "sqlite":
                 # One statement fewer: the fence's UPDATE reads the branch's tip too.
                 branch = branch_id
-                tip = await ops.lock_fenced_at_tip(conn, session_id, fence, branch)
+                tip = ops.lock_fenced_at_tip(conn, session_id, fence, branch)
             else:
-                active = await ops.lock_fenced(conn, session_id, fence)
+                active = ops.lock_fenced(conn, session_id, fence)
                 branch = branch_id or active
             # The turn's record first: its primary key makes it the turn's one commit.
             # A record already there (or one a concurrent transaction is writing, which
             # this insert waits for) refuses the commit, and the raise rolls it back.
-            inserted = await conn.execute(ops.insert_turn(self.dialect), values)
+            inserted = conn.execute(ops.insert_turn(self.dialect), values)
             if inserted.rowcount != 1:
                 raise committed_twice(session_id, record.turn_id)
-            await ops.append_rows(conn, session_id, branch, messages, record.turn_id, tip)
-            await conn.execute(ops.delete_checkpoint(), {"tid": record.turn_id})
+            ops.append_rows(conn, session_id, branch, messages, record.turn_id, tip)
+            conn.execute(ops.delete_checkpoint(), {"tid": record.turn_id})
 
         await self._write(op)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
 
-        async def op(conn: AsyncConnection) -> TurnRecord | None:
-            row = (
-                (await conn.execute(select(turns).where(turns.c.turn_id == turn_id)))
-                .mappings()
-                .first()
-            )
+        def op(conn: Connection) -> TurnRecord | None:
+            row = conn.execute(select(turns).where(turns.c.turn_id == turn_id)).mappings().first()
             if row is None:
                 return None
             return TurnRecord(
@@ -509,16 +480,16 @@ class SqlStateStore:
         if fence is not None:
             params["fence"] = fence
 
-        async def op(conn: AsyncConnection) -> None:
+        def op(conn: Connection) -> None:
             guarded = ops.guarded_checkpoint(self.dialect, fenced=fence is not None)
-            if (await conn.execute(guarded, params)).rowcount:
+            if conn.execute(guarded, params).rowcount:
                 return
             # Nothing written: no session, a token other than the stored one, or a
             # committed turn. Check the fence (raising, or moving a newer token on),
             # then write unless the turn is committed.
-            await ops.lock_fenced(conn, session_id, fence)
+            ops.lock_fenced(conn, session_id, fence)
             unfenced = ops.guarded_checkpoint(self.dialect, fenced=False)
-            if not (await conn.execute(unfenced, params)).rowcount:
+            if not conn.execute(unfenced, params).rowcount:
                 raise committed_twice(session_id, turn_id)
 
         await self._write(op)
@@ -526,12 +497,12 @@ class SqlStateStore:
     async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
         """The turn's last checkpoint, or None."""
 
-        async def op(conn: AsyncConnection) -> TurnCheckpoint | None:
+        def op(conn: Connection) -> TurnCheckpoint | None:
             table = turn_checkpoints
             query = select(table).where(
                 table.c.turn_id == turn_id, table.c.session_id == session_id
             )
-            row = (await conn.execute(query)).mappings().first()
+            row = conn.execute(query).mappings().first()
             if row is None:
                 return None
             return TurnCheckpoint(
@@ -549,64 +520,28 @@ class SqlStateStore:
     async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
         """Forget the turn's checkpoint. Idempotent."""
 
-        async def op(conn: AsyncConnection) -> None:
+        def op(conn: Connection) -> None:
             table = turn_checkpoints
-            await conn.execute(
+            conn.execute(
                 delete(table).where(table.c.turn_id == turn_id, table.c.session_id == session_id)
             )
 
         await self._write(op)
 
     async def close(self) -> None:
-        """Dispose of the engine (if the store made it)."""
-        if self._owns_engine:
-            await self.engine.dispose()
+        """Let running transactions finish; dispose of the engines the store made."""
+        try:
+            await self._tx.close()
+        finally:
+            if self._owns_engine:
+                await self.engine.dispose()
 
 
 # --- helpers --------------------------------------------------------------------
 
 
-def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout: float) -> None:
-    """WAL + busy timeout on every connection; BEGIN IMMEDIATE for write transactions."""
-    sync_engine = engine.sync_engine
-    if getattr(sync_engine, "_reactq_sqlite_hooks", False):
-        return
-    sync_engine._reactq_sqlite_hooks = True  # type: ignore[attr-defined]
-
-    @event.listens_for(sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # The driver's own implicit BEGIN is turned off so that ours (below) decides
-        # the kind of transaction.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            # WAL + NORMAL: a commit no longer waits for an fsync of the log (a power
-            # cut may lose the last commits, never corrupt the file); several times
-            # the write rate of FULL.
-            cursor.execute("PRAGMA synchronous = NORMAL")
-            cursor.execute("PRAGMA foreign_keys = ON")
-        finally:
-            cursor.close()
-
-    @event.listens_for(sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # A deferred transaction that reads and then writes can fail at once with
-        # SQLITE_BUSY when another process wrote in between; IMMEDIATE takes the
-        # write lock up front (waiting up to busy_timeout) so max(sequence)+1 and
-        # the fence check cannot race.
-        immediate = conn.get_execution_options().get("reactq_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-
-def _is_busy(exc: OperationalError) -> bool:
-    message = str(exc.orig).lower()
-    return "locked" in message or "busy" in message
-
-
-async def _set_active(conn: AsyncConnection, session_id: str, branch_id: str) -> None:
-    await conn.execute(
+def _set_active(conn: Connection, session_id: str, branch_id: str) -> None:
+    conn.execute(
         update(sessions)
         .where(sessions.c.session_id == session_id)
         .values(active_branch=branch_id, updated_at=time.time())

@@ -1,5 +1,8 @@
 """The SQL store's statements, each run on a connection inside the caller's transaction.
 
+They are plain synchronous functions: the store runs a whole transaction in one
+call (``sql_engines``: a thread on SQLite, ``run_sync`` on PostgreSQL).
+
 Writers lock the session row first (``lock_session``: FOR UPDATE on PostgreSQL;
 ``lock_fenced``: an UPDATE of the row; SQLite's write transactions are already
 serialised by BEGIN IMMEDIATE), so the read-then-write steps below (next sequence,
@@ -35,7 +38,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Connection
 
 from reactq.shared.errors import BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
@@ -51,12 +54,10 @@ from reactq.shared.state.sql_schema import (
 )
 
 
-async def session_info(conn: AsyncConnection, session_id: str) -> SessionInfo | None:
+def session_info(conn: Connection, session_id: str) -> SessionInfo | None:
     """The session row as a SessionInfo, or None."""
     row = (
-        (await conn.execute(select(sessions).where(sessions.c.session_id == session_id)))
-        .mappings()
-        .first()
+        conn.execute(select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
     )
     if row is None:
         return None
@@ -69,28 +70,28 @@ async def session_info(conn: AsyncConnection, session_id: str) -> SessionInfo | 
     )
 
 
-async def lock_session(conn: AsyncConnection, session_id: str) -> tuple[str, int]:
+def lock_session(conn: Connection, session_id: str) -> tuple[str, int]:
     """The session's (active branch, fence), its row locked until the transaction ends;
     SessionNotFoundError if the store lacks it."""
-    found = await lock_session_if_any(conn, session_id)
+    found = lock_session_if_any(conn, session_id)
     if found is None:
         raise SessionNotFoundError(f"no session {session_id!r} in the store")
     return found
 
 
-async def lock_fenced(conn: AsyncConnection, session_id: str, fence: int | None) -> str:
+def lock_fenced(conn: Connection, session_id: str, fence: int | None) -> str:
     """Lock the session's row for a fenced write and return its active branch.
 
     StaleLeaseError when a newer token than ``fence`` is recorded; a newer ``fence``
     is recorded in the same statement. ``fence`` None writes unfenced.
     SessionNotFoundError if the store lacks the session.
     """
-    active, _tip = await _lock(conn, session_id, fence, None)
+    active, _tip = _lock(conn, session_id, fence, None)
     return active
 
 
-async def lock_fenced_at_tip(
-    conn: AsyncConnection, session_id: str, fence: int | None, branch_id: str
+def lock_fenced_at_tip(
+    conn: Connection, session_id: str, fence: int | None, branch_id: str
 ) -> int | None:
     """``lock_fenced``, returning ``branch_tip`` of ``branch_id`` read in the same
     statement (None if the session lacks the branch).
@@ -99,21 +100,21 @@ async def lock_fenced_at_tip(
     on PostgreSQL the read would see the statement's snapshot, taken before it
     waited for the row, and could miss the previous holder's messages.
     """
-    _active, tip = await _lock(conn, session_id, fence, branch_id)
+    _active, tip = _lock(conn, session_id, fence, branch_id)
     return tip
 
 
-async def _lock(
-    conn: AsyncConnection, session_id: str, fence: int | None, tip_of: str | None
+def _lock(
+    conn: Connection, session_id: str, fence: int | None, tip_of: str | None
 ) -> tuple[str, int | None]:
     """(active branch, tip of ``tip_of`` or None) of the session locked by the fence."""
     params: dict[str, Any] = {"sid": session_id, "now": time.time(), "bid": tip_of}
     if fence is not None:
         params["token"] = fence
     query = _lock_fenced(fenced=fence is not None, tip=tip_of is not None)
-    row = (await conn.execute(query, params)).first()
+    row = conn.execute(query, params).first()
     if row is None:
-        await refuse(conn, session_id, fence)
+        refuse(conn, session_id, fence)
     tip = row[1] if tip_of is not None else None
     return str(row[0]), None if tip is None else int(tip)
 
@@ -132,10 +133,10 @@ def _lock_fenced(*, fenced: bool, tip: bool) -> Update:
     return query.values(updated_at=bindparam("now")).returning(*returned)
 
 
-async def refuse(conn: AsyncConnection, session_id: str, fence: int | None) -> NoReturn:
+def refuse(conn: Connection, session_id: str, fence: int | None) -> NoReturn:
     """Raise why a fenced write to the session updated nothing: SessionNotFoundError,
     else StaleLeaseError (the stored token is newer than ``fence``)."""
-    stored = await conn.scalar(select(sessions.c.fence).where(sessions.c.session_id == session_id))
+    stored = conn.scalar(select(sessions.c.fence).where(sessions.c.session_id == session_id))
     if stored is None:
         raise SessionNotFoundError(f"no session {session_id!r} in the store")
     if fence is None:  # pragma: no cover - an unfenced write is refused only without a row
@@ -143,10 +144,10 @@ async def refuse(conn: AsyncConnection, session_id: str, fence: int | None) -> N
     raise stale(session_id, int(stored), fence)
 
 
-async def lock_session_if_any(conn: AsyncConnection, session_id: str) -> tuple[str, int] | None:
+def lock_session_if_any(conn: Connection, session_id: str) -> tuple[str, int] | None:
     """``lock_session``, or None for a session the store lacks."""
     row = (
-        await conn.execute(
+        conn.execute(
             select(sessions.c.active_branch, sessions.c.fence)
             .where(sessions.c.session_id == session_id)
             .with_for_update()
@@ -155,9 +156,9 @@ async def lock_session_if_any(conn: AsyncConnection, session_id: str) -> tuple[s
     return None if row is None else (str(row[0]), int(row[1]))
 
 
-async def branch_tree(conn: AsyncConnection, session_id: str) -> dict[str, tuple[str | None, int]]:
+def branch_tree(conn: Connection, session_id: str) -> dict[str, tuple[str | None, int]]:
     """branch_id -> (parent, fork point) of every branch of the session."""
-    rows = await conn.execute(
+    rows = conn.execute(
         select(branches.c.branch_id, branches.c.parent_branch_id, branches.c.fork_sequence).where(
             branches.c.session_id == session_id
         )
@@ -165,12 +166,12 @@ async def branch_tree(conn: AsyncConnection, session_id: str) -> dict[str, tuple
     return {str(b): (p, int(f or 0)) for b, p, f in rows}
 
 
-async def branch_tip(conn: AsyncConnection, session_id: str, branch_id: str) -> int:
+def branch_tip(conn: Connection, session_id: str, branch_id: str) -> int:
     """The last sequence of a branch's history: its last own message, or its fork point.
 
     BranchNotFoundError if the session has no such branch.
     """
-    row = (await conn.execute(_branch_tip(), {"sid": session_id, "bid": branch_id})).first()
+    row = conn.execute(_branch_tip(), {"sid": session_id, "bid": branch_id}).first()
     if row is None:
         raise _no_branch(session_id, branch_id)
     return int(row[0])
@@ -190,9 +191,9 @@ def _branch_tip() -> Select[Any]:
     )
 
 
-async def has_branch(conn: AsyncConnection, session_id: str, branch_id: str) -> bool:
+def has_branch(conn: Connection, session_id: str, branch_id: str) -> bool:
     """Whether the session has the branch."""
-    found = await conn.scalar(
+    found = conn.scalar(
         select(func.count())
         .select_from(branches)
         .where(branches.c.session_id == session_id, branches.c.branch_id == branch_id)
@@ -200,10 +201,10 @@ async def has_branch(conn: AsyncConnection, session_id: str, branch_id: str) -> 
     return bool(found)
 
 
-async def fork_point(conn: AsyncConnection, session_id: str, branch_id: str) -> int:
+def fork_point(conn: Connection, session_id: str, branch_id: str) -> int:
     """The branch's fork point; BranchNotFoundError if the session has no such branch."""
     row = (
-        await conn.execute(
+        conn.execute(
             select(branches.c.fork_sequence).where(
                 branches.c.session_id == session_id, branches.c.branch_id == branch_id
             )
@@ -222,15 +223,13 @@ def _no_branch(session_id: str, branch_id: str) -> BranchNotFoundError:
     )
 
 
-async def read_branch(
-    conn: AsyncConnection, session_id: str, branch_id: str | None
-) -> list[ChatMessage]:
+def read_branch(conn: Connection, session_id: str, branch_id: str | None) -> list[ChatMessage]:
     """A branch's whole history (the active branch when None), oldest first, in one
     statement ([] for a session or branch the store lacks)."""
     if branch_id is None:
-        rows = await conn.execute(_history(active=True), {"sid": session_id})
+        rows = conn.execute(_history(active=True), {"sid": session_id})
     else:
-        rows = await conn.execute(_history(active=False), {"sid": session_id, "bid": branch_id})
+        rows = conn.execute(_history(active=False), {"sid": session_id, "bid": branch_id})
     return [to_message(row) for row in rows.mappings()]
 
 
@@ -285,8 +284,8 @@ def _chain(sid: Any, start: Any) -> CTE:
     )
 
 
-async def append_rows(
-    conn: AsyncConnection,
+def append_rows(
+    conn: Connection,
     session_id: str,
     branch_id: str,
     new: Sequence[ChatMessage],
@@ -297,12 +296,12 @@ async def append_rows(
     BranchNotFoundError, even with nothing to insert, if the session lacks the branch.
     ``tip`` is the branch's ``branch_tip`` when already read under the lock."""
     if tip is None:
-        tip = await branch_tip(conn, session_id, branch_id)
+        tip = branch_tip(conn, session_id, branch_id)
     start = tip + 1
     if not new:
         return
     now = time.time()
-    await conn.execute(
+    conn.execute(
         messages.insert(),
         [
             message_row(session_id, branch_id, start + offset, message, turn_id, now)
@@ -311,9 +310,9 @@ async def append_rows(
     )
 
 
-async def list_branches(conn: AsyncConnection, session_id: str) -> list[BranchInfo]:
+def list_branches(conn: Connection, session_id: str) -> list[BranchInfo]:
     """Every branch of the session with its length, oldest first."""
-    active = await conn.scalar(
+    active = conn.scalar(
         select(sessions.c.active_branch).where(sessions.c.session_id == session_id)
     )
     if active is None:
@@ -324,7 +323,7 @@ async def list_branches(conn: AsyncConnection, session_id: str) -> list[BranchIn
         .group_by(messages.c.branch_id)
         .subquery()
     )
-    rows = await conn.execute(
+    rows = conn.execute(
         select(branches, last.c.last)
         .select_from(branches.outerjoin(last, last.c.branch_id == branches.c.branch_id))
         .where(branches.c.session_id == session_id)
@@ -346,10 +345,10 @@ async def list_branches(conn: AsyncConnection, session_id: str) -> list[BranchIn
     return out
 
 
-async def truncate(conn: AsyncConnection, session_id: str, sequence: int, branch_id: str) -> None:
+def truncate(conn: Connection, session_id: str, sequence: int, branch_id: str) -> None:
     """Delete the branch's own messages after ``sequence``, first copying into each child
     branch forked inside that tail the messages it inherits from it."""
-    tree = await branch_tree(conn, session_id)
+    tree = branch_tree(conn, session_id)
     if branch_id not in tree:
         return
     fork = tree[branch_id][1]
@@ -362,15 +361,15 @@ async def truncate(conn: AsyncConnection, session_id: str, sequence: int, branch
         copied = select(*columns, literal(child)).where(
             own, messages.c.sequence > cut, messages.c.sequence <= child_fork
         )
-        await conn.execute(
+        conn.execute(
             messages.insert().from_select([*(c.name for c in columns), "branch_id"], copied)
         )
-        await conn.execute(
+        conn.execute(
             update(branches)
             .where(branches.c.session_id == session_id, branches.c.branch_id == child)
             .values(fork_sequence=cut)
         )
-    await conn.execute(delete(messages).where(own, messages.c.sequence > cut))
+    conn.execute(delete(messages).where(own, messages.c.sequence > cut))
 
 
 # --- statements of a turn's steps, built once per dialect and run with parameters ---
