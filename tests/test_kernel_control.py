@@ -10,6 +10,7 @@ import pytest
 from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent import AgentLoop, AgentRunner, LoopConfig, Registry, ScriptedLLM, tool
+from reactq.worker.agent.cancel import CancelEvent
 from reactq.worker.agent.llm.scripted_server import Reply
 from reactq.worker.agent.usage import ModelPrice
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
@@ -84,8 +85,10 @@ async def test_the_wrap_up_lets_the_model_summarise_without_tools() -> None:
     assert "Do not call any tool" in server.requests[2]["messages"][-1]["content"]
 
 
-async def test_cancel_mid_stream_closes_the_generation() -> None:
-    cancel = asyncio.Event()
+@pytest.mark.parametrize("event", [asyncio.Event, CancelEvent])
+async def test_cancel_mid_stream_closes_the_generation(event: type[asyncio.Event]) -> None:
+    # A plain Event is watched beside the call; the pool's CancelEvent stops it itself.
+    cancel = event()
     stalled = Reply.text("one two three four", pieces=4).but(stall_after=3)
 
     def on_event(event: Any) -> None:

@@ -47,6 +47,7 @@ from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
 from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
+from reactq.worker.agent.cancel import CancelEvent
 from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.runner import AgentRunner
 
@@ -61,7 +62,7 @@ class _Running:
     """A turn in flight in this process, reachable by the control listener."""
 
     session_id: str
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: CancelEvent = field(default_factory=CancelEvent)
     mode: CancelMode | None = None
     task: asyncio.Future[FinalEvent] | None = None
     evicted: bool = False

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias, TypeVar
 
-__all__ = ["CancelHandle", "CancelSignal", "RunCancelled"]
+__all__ = ["CancelEvent", "CancelHandle", "CancelSignal", "RunCancelled"]
 
 T = TypeVar("T")
 CancelHandle: TypeAlias = asyncio.Event | Callable[[], bool]
@@ -24,6 +24,22 @@ POLL_INTERVAL = 0.02
 
 class RunCancelled(Exception):
     """Internal: the cancel handle fired while the run waited on something."""
+
+
+class CancelEvent(asyncio.Event):
+    """An ``asyncio.Event`` that, when set, also stops the call a run guards at that
+    moment: no watcher task waits on the event beside each model call (the worker
+    pool hands one to every turn it runs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stops: set[Callable[[], object]] = set()
+
+    def set(self) -> None:
+        """Set the event and stop every guarded call."""
+        super().set()
+        for stop in list(self._stops):
+            stop()
 
 
 class CancelSignal:
@@ -62,6 +78,8 @@ class CancelSignal:
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()  # never started: no "never awaited" warning
             raise RunCancelled
+        if isinstance(self._event, CancelEvent):
+            return await self._guard_on(self._event, awaitable)
         work = asyncio.ensure_future(awaitable)
         watcher = asyncio.ensure_future(self._wait())
         fired = False
@@ -77,3 +95,26 @@ class CancelSignal:
         if fired:
             raise RunCancelled
         return work.result()
+
+    @staticmethod
+    async def _guard_on(event: CancelEvent, awaitable: Awaitable[T]) -> T:
+        work = asyncio.ensure_future(awaitable)
+        fired = False
+
+        def stop() -> None:
+            nonlocal fired
+            fired = True
+            work.cancel()
+
+        event._stops.add(stop)
+        try:
+            # Cancelling this task cancels the work too; either way the work has
+            # unwound (a stream closed its connection) when this await ends.
+            return await work
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if fired and (task is None or not task.cancelling()):
+                raise RunCancelled from None
+            raise
+        finally:
+            event._stops.discard(stop)
