@@ -54,6 +54,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.proc import TICK  # noqa: E402
+from bench.proc import cpu_seconds as proc_cpu_seconds  # noqa: E402
 from reactq.producer import Producer  # noqa: E402
 from reactq.shared.redis_client import forget_namespace  # noqa: E402
 from reactq.shared.settings import Settings  # noqa: E402
@@ -71,10 +73,8 @@ def ms(seconds: float) -> str:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system, every thread) the process has used so far, from /proc:
-    unlike wall time, it does not depend on what else the machine is doing."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time (user + system, every thread) the process has used so far."""
+    return proc_cpu_seconds(f"/proc/{pid}/stat")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -364,7 +364,7 @@ def postgres_cpu_seconds() -> float:
         ticks += int(fields[11]) + int(fields[12])
         if fields[1] not in procs:  # the postmaster: its exited backends' time too
             ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return ticks / TICK
 
 
 def scenario_scaling(args: argparse.Namespace) -> None:

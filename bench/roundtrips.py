@@ -34,6 +34,7 @@ from sqlalchemy.engine import Engine
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.proc import cpu_seconds  # noqa: E402
 from reactq.shared.redis_client import forget_namespace  # noqa: E402
 from reactq.shared.settings import Settings  # noqa: E402
 from reactq.shared.turns import TurnRequest  # noqa: E402
@@ -190,8 +191,7 @@ async def _native_id() -> int:
 
 def thread_cpu(tid: int) -> float:
     """CPU seconds (user + system) a thread of this process has used."""
-    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(f"/proc/self/task/{tid}/stat")
 
 
 def store_threads_cpu() -> dict[int, float]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from reactq.shared.bus import EventBus, PublishGuard
+from reactq.shared.bus import EventBus, PublishGuard, publish_all
 from reactq.shared.errors import ConfigError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.state import open_store
@@ -102,12 +102,7 @@ class AuditedBus:
     ) -> list[E] | None:
         """Publish several events in order (in one call when the bus can; under
         ``guard`` the bus must), then record them; None when the guard failed."""
-        many = getattr(self.bus, "publish_many", None)
-        if many is None:
-            if guard is not None:
-                raise TypeError(f"{type(self.bus).__name__} cannot publish under a guard")
-            return [await self.publish(event) for event in events]
-        published: list[E] | None = await (many(events) if guard is None else many(events, guard))
+        published = await publish_all(self.bus, events, guard)
         for event in published or ():
             await self._record(event)
         return published

@@ -77,6 +77,21 @@ class PublishGuard:
     status_ttl: int
 
 
+async def publish_all(
+    bus: EventBus, events: Sequence[E], guard: PublishGuard | None = None
+) -> list[E] | None:
+    """Publish ``events`` in order: in one call when the bus has ``publish_many`` (a
+    ``guard`` needs it; None when the guard failed and nothing was published), one
+    by one otherwise."""
+    many = getattr(bus, "publish_many", None)
+    if many is None:
+        if guard is not None:
+            raise TypeError(f"{type(bus).__name__} cannot publish under a guard")
+        return [await bus.publish(event) for event in events]
+    published: list[E] | None = await (many(events) if guard is None else many(events, guard))
+    return published
+
+
 class TurnEmitter:
     """Publishes one attempt of one turn's events, numbering them with ``seq``."""
 
@@ -118,16 +133,8 @@ class TurnEmitter:
         if guard is None and not self._later:
             return await self.bus.publish(event)
         earlier, self._later = self._later, []
-        many = getattr(self.bus, "publish_many", None)
-        if many is None:
-            if guard is not None:
-                raise TypeError(f"{type(self.bus).__name__} cannot publish under a guard")
-            for queued in earlier:
-                await self.bus.publish(queued)
-            return await self.bus.publish(event)
-        published: list[BaseEvent] | None = await (
-            many([*earlier, event]) if guard is None else many([*earlier, event], guard)
-        )
+        batch: list[BaseEvent] = [*earlier, event]
+        published = await publish_all(self.bus, batch, guard)
         if published is None:
             raise LeaseLostError(
                 f"not publishing the {getattr(event, 'type', 'event')} of {self.turn_id}: "
@@ -135,17 +142,13 @@ class TurnEmitter:
                 session_id=self.session_id,
                 turn_id=self.turn_id,
             )
-        return published[-1]  # type: ignore[return-value]
+        return published[-1]  # type: ignore[return-value]  # the last one is ``event``
 
     async def flush(self) -> None:
         """Publish the events ``emit_later`` queued, now."""
         events, self._later = self._later, []
-        many = getattr(self.bus, "publish_many", None)
-        if many is not None and len(events) > 1:
-            await many(events)
-            return
-        for event in events:
-            await self.bus.publish(event)
+        if events:
+            await publish_all(self.bus, events)
 
     def emit_later(self, event_cls: type[E], **fields: Any) -> None:
         """Queue an event (numbered now) to be published with the next one ``emit``
@@ -236,7 +239,13 @@ class Subscription(AsyncIterator[Event]):
 # with its id spliced in (ARGV[2] is a JSON object without "id", so it starts
 # with "{" and has at least one field).
 _PUBLISH_LUA = lua_source(__name__, "bus_publish")
-_PUBLISH_MANY_LUA = lua_source(__name__, "bus_publish_many")
+# The guard reads the lease as the session protocol's scripts do (one prelude).
+_PUBLISH_MANY_LUA = "\n".join(
+    (
+        lua_source("reactq.shared.protocol.lease", "lease_token"),
+        lua_source(__name__, "bus_publish_many"),
+    )
+)
 
 
 def _text(value: bytes | str | None) -> str:

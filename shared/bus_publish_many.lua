@@ -4,13 +4,13 @@
 -- With a guard (ARGV[3] a token): publish only while the lease key holds that token,
 -- and first record the turn's status, so a reader who saw the events never reads an
 -- older status (a turn's final goes out this way).
+-- Preludes: protocol/lease_token.
 -- KEYS: events, channel[, lease, turns]
 -- ARGV: maxlen, ttl_s, token or '', turn_id, status, status ttl_s, event JSON
 -- (without its id)...
 -- Returns the stream ids, in order, or false when the guard failed (nothing done).
 if ARGV[3] ~= '' then
-  local holder = redis.call('GET', KEYS[3])
-  if not holder or string.match(holder, '^(%d+):') ~= ARGV[3] then return false end
+  if not lease_held_by(KEYS[3], ARGV[3]) then return false end
   redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
   redis.call('EXPIRE', KEYS[4], ARGV[6])
 end

@@ -22,7 +22,7 @@ from reactq.shared.redis_client import lua_source, text
 
 _ACQUIRE = lua_source(__name__, "now_ms", "deadlines", "lease_acquire")
 _RENEW = lua_source(__name__, "now_ms", "deadlines", "lease_renew")
-_RELEASE = lua_source(__name__, "deadlines", "lease_free", "lease_release")
+_RELEASE = lua_source(__name__, "deadlines", "lease_token", "lease_free", "lease_release")
 
 
 class SessionLease:

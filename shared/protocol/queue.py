@@ -51,6 +51,7 @@ _NEXT = lua_source(
     "deadlines",
     "claim_next",
     "finish_turn",
+    "lease_token",
     "lease_free",
     "queue_next",
 )
@@ -125,19 +126,20 @@ class SessionQueue:
 
     async def claim_next(self, session_id: str) -> ClaimedTurn | None:
         """Move the next turn into the running slot (or re-issue one left there)."""
-        k = self.keys
-        result = await self._claim(
-            keys=[
-                k.running(session_id),
-                k.pending(session_id),
-                k.turns(session_id),
-                k.approvals(session_id),
-                k.cancel_prefix(session_id),
-                k.approvals_index,
-            ],
-            args=[session_id],
-        )
+        result = await self._claim(keys=self._claim_keys(session_id), args=[session_id])
         return None if not result else _claimed(result)
+
+    def _claim_keys(self, session_id: str) -> list[str]:
+        """The keys a claim touches (claim_next.lua's parameters, in order)."""
+        k = self.keys
+        return [
+            k.running(session_id),
+            k.pending(session_id),
+            k.turns(session_id),
+            k.approvals(session_id),
+            k.cancel_prefix(session_id),
+            k.approvals_index,
+        ]
 
     async def advance(
         self, session_id: str, token: int, finished: tuple[str, TurnStatus] | None = None
@@ -152,12 +154,7 @@ class SessionQueue:
         turn_id, status = finished if finished is not None else ("", "")
         result = await self._next(
             keys=[
-                k.running(session_id),
-                k.pending(session_id),
-                k.turns(session_id),
-                k.approvals(session_id),
-                k.cancel_prefix(session_id),
-                k.approvals_index,
+                *self._claim_keys(session_id),
                 k.steps(session_id),
                 k.lease(session_id),
                 k.lease_deadlines,

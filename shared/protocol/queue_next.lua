@@ -4,7 +4,7 @@
 -- lease up (lease_release.lua). A turn pushed before this call is claimed, and one
 -- pushed after it finds the lease free, so no release-then-recheck is needed.
 -- Preludes: now_ms, running_slot, approval_hold, deadlines, claim_next, finish_turn,
--- lease_free.
+-- lease_token, lease_free.
 -- KEYS: running, pending, turns, approvals, cancel prefix, approvals index, steps,
 -- lease, deadlines
 -- ARGV: session id, finished turn_id or '', its status, status ttl_s, lease token
@@ -14,8 +14,7 @@
 if ARGV[2] ~= '' then
   finish_turn(KEYS[1], KEYS[3], KEYS[4], KEYS[7], ARGV[2], ARGV[3], ARGV[4])
 end
-local holder = redis.call('GET', KEYS[8])
-if not holder or string.match(holder, '^(%d+):') ~= ARGV[5] then return -2 end
+if not lease_held_by(KEYS[8], ARGV[5]) then return -2 end
 local claimed = claim_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1])
 if claimed then return claimed end
 release_lease(KEYS[8], KEYS[9], KEYS[4], ARGV[5], ARGV[1])

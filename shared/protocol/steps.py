@@ -25,7 +25,7 @@ from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_source
 from reactq.shared.state.base import TurnCheckpoint
 
-_SAVE = lua_source(__name__, "steps_save")
+_SAVE = lua_source(__name__, "lease_token", "steps_save")
 
 
 class TurnSteps:

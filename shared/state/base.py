@@ -137,13 +137,14 @@ class StepStore(Protocol):
         ...
 
     async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
-        """Forget the turn's checkpoint. Idempotent."""
+        """Forget the turn's checkpoint (a turn cancelled, rolled back or failed). Idempotent."""
         ...
 
 
 @runtime_checkable
-class StateStore(Protocol):
-    """Sessions, their messages and their turns' outcomes."""
+class StateStore(StepStore, Protocol):
+    """Sessions, their messages and their turns' outcomes (and, as a StepStore, the
+    steps of turns that run)."""
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
@@ -256,14 +257,6 @@ class StateStore(Protocol):
         The steps stay out of the conversation until ``commit_turn``, which drops
         the checkpoint in the same atomic step.
         """
-        ...
-
-    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
-        """The turn's last checkpoint, or None."""
-        ...
-
-    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
-        """Forget the turn's checkpoint (a turn cancelled, rolled back or failed). Idempotent."""
         ...
 
     async def close(self) -> None:

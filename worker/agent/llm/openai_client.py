@@ -129,7 +129,7 @@ class OpenAICompatibleClient:
         model = model or self.model or ""
         if not model:
             raise LLMBadRequestError("no model given: pass model= or set REACTQ_MODEL")
-        kwargs = _request(model, messages, tools, options or DEFAULT_OPTIONS)
+        body = _body(model, messages, tools, options or DEFAULT_OPTIONS)
         started = time.monotonic()
         retry = 0
         while True:
@@ -137,8 +137,8 @@ class OpenAICompatibleClient:
             delivered = [False]  # a stream that already showed text is never re-run
             try:
                 if stream:
-                    return await self._complete_stream(kwargs, on_delta, delivered)
-                return from_completion_json(await self._post(kwargs))
+                    return await self._complete_stream(body, on_delta, delivered)
+                return from_completion_json(await self._post(body))
             except LLMError as exc:
                 error = self._redacted(exc)
             except openai.OpenAIError as exc:
@@ -159,7 +159,7 @@ class OpenAICompatibleClient:
                 raise error from None
             await asyncio.sleep(wait)
 
-    async def _post(self, kwargs: dict[str, Any]) -> Any:
+    async def _post(self, body: dict[str, Any]) -> Any:
         """One non-streamed completion as decoded JSON.
 
         Through the SDK's ``post`` (its documented way to call an endpoint with a body
@@ -167,15 +167,15 @@ class OpenAICompatibleClient:
         without building typed params and a typed ``ChatCompletion`` we would only
         take apart again, which was half the CPU of a call.
         """
-        body = {k: v for k, v in kwargs.items() if k not in ("messages", "extra_body")}
-        body.update(kwargs["extra_body"])
         response = await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response)
         return json.loads(response.content)
 
     async def _complete_stream(
-        self, kwargs: dict[str, Any], on_delta: DeltaSink | None, delivered: list[bool]
+        self, body: dict[str, Any], on_delta: DeltaSink | None, delivered: list[bool]
     ) -> LLMResponse:
-        stream = await self._create(**kwargs, stream=True, stream_options={"include_usage": True})
+        stream = await self._create(
+            **_create_kwargs(body), stream=True, stream_options={"include_usage": True}
+        )
 
         async def sink(text: str) -> None:
             delivered[0] = True
@@ -257,13 +257,22 @@ class OpenAICompatibleClient:
         return LLMResponseError(f"{type(exc).__name__}: {message}")
 
 
-def _request(
+def _body(
     model: str,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     options: RequestOptions,
 ) -> dict[str, Any]:
-    """The ``create`` keyword arguments for one call.
+    """The JSON body of one Chat Completions call."""
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        body["tools"] = tools
+    body.update(options.to_request(model))
+    return body
+
+
+def _create_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """``create``'s keyword arguments for a body (the streamed calls use ``create``).
 
     ``messages`` and ``tools`` travel in ``extra_body``, which the SDK merges into
     the JSON body as it is: its request transform walks every message against
@@ -271,10 +280,9 @@ def _request(
     milliseconds a call there) and returns our plain wire dicts unchanged. The
     typed ``messages`` argument is then an empty list the merge replaces.
     """
-    body: dict[str, Any] = {"messages": messages}
-    if tools:
-        body["tools"] = tools
-    return {"model": model, "messages": [], "extra_body": body, **options.to_request(model)}
+    wire = {key: body[key] for key in ("messages", "tools") if key in body}
+    rest = {key: value for key, value in body.items() if key not in wire}
+    return {**rest, "messages": [], "extra_body": wire}
 
 
 def _refused(exc: BaseException) -> bool:

@@ -45,8 +45,11 @@ def _usage(raw: Any) -> dict[str, int]:
 def _error_envelope(obj: Any) -> str | None:
     extra = getattr(obj, "model_extra", None)
     error = extra.get("error") if extra else None
-    if error is None:
-        return None
+    return None if error is None else _envelope_text(error)
+
+
+def _envelope_text(error: Any) -> str:
+    """What an ``error`` field says: its message, or the field itself."""
     if isinstance(error, dict):
         return str(error.get("message") or json.dumps(error, default=str))
     return str(error)
@@ -61,16 +64,11 @@ def _raise_envelope(envelope: str, where: str = "") -> None:
 def from_completion_json(data: Any) -> LLMResponse:
     """The response in a non-streamed completion's decoded JSON body; raises a
     classified LLMError (an error envelope in a 200, no choices, a non-completion)."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if error is not None:
+        _raise_envelope(_envelope_text(error))
     if not isinstance(data, dict) or "choices" not in data:
-        error = data.get("error") if isinstance(data, dict) else None
-        if error is not None:
-            message = error.get("message") if isinstance(error, dict) else None
-            _raise_envelope(str(message or json.dumps(error, default=str)))
         raise LLMResponseError(f"the endpoint answered a non-completion: {str(data)[:200]!r}")
-    if data.get("error") is not None:
-        error = data["error"]
-        message = error.get("message") if isinstance(error, dict) else None
-        _raise_envelope(str(message or json.dumps(error, default=str)))
     choices = data["choices"]
     if not choices:
         raise LLMNoChoicesError("the endpoint answered a completion with no choices")
