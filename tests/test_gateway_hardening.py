@@ -222,6 +222,31 @@ async def test_unauthenticated_bodies_are_refused_unread(gateway: Gateway) -> No
             await stream.close()
 
 
+async def test_a_client_still_sending_its_body_reads_the_refusal_not_a_reset(
+    gateway: Gateway,
+) -> None:
+    # A client uploading a large body with a wrong key is still writing when the 401
+    # goes out, and reads only once its writes are done (as HTTP clients do). Had the
+    # gateway closed its socket with those bytes unread, the kernel would answer them
+    # with a reset, and the client would see "connection reset", never the 401.
+    path = f"/v1/sessions/{sid()}/turns"
+    size = 4_000_000
+    stream = await raw_request(
+        gateway.url, post_head(path, size, {"Authorization": "Bearer not-the-key"})
+    )
+    try:
+        with contextlib.suppress(OSError):
+            for _ in range(size // 65_536):
+                stream.writer.write(b"x" * 65_536)
+                await stream.writer.drain()
+        await asyncio.sleep(0.5)  # the client reads late: the gateway closed long ago
+        await asyncio.wait_for(stream.read_head(), DEADLINE)
+        assert stream.status == 401, stream.status
+        assert json.loads(await ends_within(stream, DEADLINE))["code"] == "unauthorized"
+    finally:
+        await stream.close()
+
+
 async def test_idle_connections_and_slow_headers_are_closed(gateway: Gateway) -> None:
     # Connected, nothing sent.
     idle = await raw_request(gateway.url, b"")
