@@ -13,7 +13,8 @@ from typing import Any
 from pydantic_core import to_json
 from redis.asyncio import Redis
 
-from reactq.shared.audit import audit_sink_for
+from reactq.producer.turn_lookup import TurnInfo, find_turn
+from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
 from reactq.shared.bus import RedisEventBus
 from reactq.shared.errors import (
     AgentMismatchError,
@@ -46,7 +47,14 @@ from reactq.shared.turns import (
     validate_session_id,
 )
 
-__all__ = ["CancelResult", "DecideOutcome", "PendingApproval", "Producer", "TurnHandle"]
+__all__ = [
+    "CancelResult",
+    "DecideOutcome",
+    "PendingApproval",
+    "Producer",
+    "TurnHandle",
+    "TurnInfo",
+]
 
 
 def _decisions(
@@ -145,7 +153,7 @@ class Producer:
 
     def __init__(self, settings: Settings | None = None, *, redis: Redis | None = None) -> None:
         self.settings = settings or Settings.from_env()
-        self.keys = Keys(self.settings.namespace)
+        self.keys = Keys.for_settings(self.settings)
         self._owns_redis = redis is None
         # Each live subscriber blocks on a connection: wait for one rather than fail.
         self.redis = redis or connect(self.settings.redis_url, 512, blocking=True)
@@ -155,6 +163,11 @@ class Producer:
             maxlen=self.settings.event_maxlen,
             ttl_seconds=self.settings.event_ttl_seconds,
         )
+        self.publisher = AuditedBus(
+            self.bus, DeferredAuditSink(self._recording_sink), close_sink=False
+        )
+        """What the producer publishes (``queued``, the finals of turns that never ran,
+        decisions) goes to the stream and, like the workers' events, to the audit log."""
         self.queue = SessionQueue(
             self.redis,
             self.keys,
@@ -166,6 +179,7 @@ class Producer:
         self.dispatcher = Dispatcher(self.settings)
         self._store: StateStore | None = None
         self._store_lock = asyncio.Lock()
+        self._audit: AuditSink | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Producer:
@@ -180,6 +194,8 @@ class Producer:
 
     async def close(self) -> None:
         """Release connections."""
+        if self._audit is not None:
+            await self._audit.close()  # the store it shares stays open until here
         if self._store is not None:
             await self._store.close()
         if self._owns_redis:
@@ -239,7 +255,7 @@ class Producer:
                 agent=outcome.session_agent,
             )
         if outcome.status is SubmitStatus.REJECTED:
-            await endings.rejected(self.bus, turn)
+            await endings.rejected(self.publisher, turn)
             raise TurnRejectedError(
                 f"session {session_id!r} is busy and the strategy is 'reject'",
                 turn_id=turn.turn_id,
@@ -248,8 +264,10 @@ class Producer:
             mode = CancelMode(strategy.value)  # interrupt or rollback
             await notify_cancel(self.redis, self.keys, outcome.stopped_running, mode)
         for dropped in outcome.dropped_pending:
-            await endings.cancelled(self.bus, session_id, dropped, f"superseded by {turn.turn_id}")
-        queued = await self.bus.publish(
+            await endings.cancelled(
+                self.publisher, session_id, dropped, f"superseded by {turn.turn_id}"
+            )
+        queued = await self.publisher.publish(
             QueuedEvent(session_id=session_id, turn_id=turn.turn_id, agent=agent, message=message)
         )
         if outcome.needs_dispatch:
@@ -272,11 +290,13 @@ class Producer:
             # It waited for decisions: the cancel dropped its steps; the turns behind
             # it go on.
             await endings.cancelled(
-                self.bus, session_id, turn_id, "cancelled while it waited for approval"
+                self.publisher, session_id, turn_id, "cancelled while it waited for approval"
             )
             await self._dispatch_if_work(session_id)
         elif result.outcome is CancelOutcome.CANCELLED:
-            await endings.cancelled(self.bus, session_id, turn_id, "cancelled before it started")
+            await endings.cancelled(
+                self.publisher, session_id, turn_id, "cancelled before it started"
+            )
         elif result.outcome is CancelOutcome.CANCELLING:
             await notify_cancel(self.redis, self.keys, turn_id, CancelMode.CANCEL)
         return result
@@ -329,7 +349,7 @@ class Producer:
         decider = by or "producer"
         outcome = await self.approvals.decide(session_id, turn_id, decisions, decider)
         for decision in outcome.decided:
-            await self.bus.publish(
+            await self.publisher.publish(
                 ApprovalDecidedEvent(
                     session_id=session_id,
                     turn_id=turn_id,
@@ -400,10 +420,23 @@ class Producer:
         validate_session_id(session_id)
         await (await self.store()).switch_branch(session_id, branch_id)
 
+    async def audit_log(self) -> AuditSink | None:
+        """The audit log beside the state store (None when the store is not SQL)."""
+        store = await self.store()
+        async with self._store_lock:
+            if self._audit is None:
+                # Unbatched: a producer may exit right after a submit returns.
+                self._audit = audit_sink_for(store, batch=False)
+        return self._audit
+
+    async def _recording_sink(self) -> AuditSink | None:
+        return await self.audit_log() if self.settings.audit else None
+
     async def turn_events(self, turn_id: str) -> list[Event]:
-        """Every event of a turn (all attempts) from the audit log, long after its Redis
-        stream expired. Needs a SQL state store (the audit log lives beside it)."""
-        sink = audit_sink_for(await self.store())
+        """Every event of a turn (all attempts, whoever published it) from the audit log,
+        in stream order, long after its Redis stream expired. Needs a SQL state store
+        (the audit log lives beside it)."""
+        sink = await self.audit_log()
         if sink is None:
             raise ConfigError(
                 "the audit log lives in a SQL database: set REACTQ_DATABASE_URL to "
@@ -412,6 +445,16 @@ class Producer:
         return await sink.turn_events(turn_id)
 
     async def turn_status(self, turn_id: str) -> TurnStatus | None:
-        """The status of a recent turn, or None if Redis does not know it."""
+        """A turn's status: from Redis while it remembers the turn, then from the state
+        store (its committed record, or its audit log); None if neither knows it."""
         found = await self.queue.turn_status(turn_id)
-        return found[1] if found else None
+        if found is not None:
+            return found[1]
+        info = await find_turn(self, turn_id)
+        return None if info is None else info.status
+
+    async def turn_info(self, turn_id: str) -> TurnInfo | None:
+        """A turn's status, latest attempt, final (text and usage), times and the tool
+        calls it waits on: from its Redis stream while that lives, then from the state
+        store (its committed record and its audit log); None if neither knows it."""
+        return await find_turn(self, turn_id)

@@ -58,12 +58,12 @@ from reactq.producer.gateway_models import (
     SessionMessage,
     TurnAccepted,
     TurnCreate,
-    TurnInfo,
 )
 from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
 from reactq.producer.gateway_sse import event_stream
-from reactq.producer.gateway_turns import find_turn, readiness
+from reactq.producer.gateway_turns import readiness
 from reactq.producer.metrics import install_metrics
+from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.bus import validate_stream_id
 from reactq.shared.errors import (
     ApprovalClosedError,
@@ -73,6 +73,7 @@ from reactq.shared.errors import (
 )
 from reactq.shared.logs import configure_logging
 from reactq.shared.protocol.outcomes import CancelOutcome
+from reactq.shared.redis_urls import node_url
 from reactq.shared.settings import Settings
 from reactq.shared.turns import SESSION_ID_RE, TurnStatus
 
@@ -114,7 +115,8 @@ class Gateway:
         self.settings = settings
         self.keys = ApiKeys(settings.api_keys)
         self.producer = Producer(settings)
-        self.pubsub_redis: Redis = Redis.from_url(settings.redis_url)
+        # On a cluster, one node: a PUBLISH reaches the subscribers of every node.
+        self.pubsub_redis: Redis = Redis.from_url(node_url(settings.redis_url))
         self.fanout = Fanout(
             self.pubsub_redis,
             self.producer.keys,
@@ -307,11 +309,13 @@ async def session_messages(
     "/turns/{turn_id}",
     response_model=TurnInfo,
     summary="A turn's status",
-    responses={404: ERROR_RESPONSES[404]},
+    responses={404: ERROR_RESPONSES[404], 503: ERROR_RESPONSES[503]},
 )
 async def turn_info(turn_id: TurnId, gateway: GatewayDep) -> TurnInfo:
-    """Status, latest attempt and (once ended) the final event of a recent turn."""
-    info = await find_turn(gateway.producer, turn_id)
+    """Status, latest attempt, final event, usage and times of a turn: from its
+    session's stream while that lives, then from the state store."""
+    with state_store_errors():
+        info = await gateway.producer.turn_info(turn_id)
     if info is None:
         raise GatewayError("no such turn", status=404, error_code="turn_not_found")
     return info

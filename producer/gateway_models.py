@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.shared.events import FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
@@ -45,38 +44,6 @@ class TurnAccepted(BaseModel):
     """``queued``."""
     events_url: str
     """Where to stream this turn's events (closes after its ``final``)."""
-
-
-class PendingCall(BaseModel):
-    """A tool call waiting for a person's decision."""
-
-    call_id: str
-    """The call (decide it by this id)."""
-    tool: str
-    """The tool the model called."""
-    arguments: Any
-    """The call's arguments."""
-    requested_at: float
-    """Unix time the turn started to wait."""
-    expires_at: float
-    """Unix time the call counts as denied if nobody decides ("no decision in time")."""
-
-
-class TurnInfo(BaseModel):
-    """Where a turn is."""
-
-    turn_id: str
-    """The turn."""
-    session_id: str
-    """Its session."""
-    status: TurnStatus
-    """Its status."""
-    attempt: int
-    """The latest attempt seen (0 before a worker has started it)."""
-    final: FinalEvent | None = None
-    """Its final event, once it has ended and while the session's stream holds it."""
-    pending_approvals: list[PendingCall] = Field(default_factory=list)
-    """The tool calls it waits for a decision on (status ``awaiting_approval``)."""
 
 
 class DecisionsRequest(BaseModel):

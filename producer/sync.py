@@ -26,6 +26,7 @@ from reactq.producer.client import (
     PendingApproval,
     Producer,
     TurnHandle,
+    TurnInfo,
 )
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
@@ -196,5 +197,10 @@ class SyncProducer:
         return self._loop.run(self.producer.history(session_id))
 
     def turn_status(self, turn_id: str) -> TurnStatus | None:
-        """The status of a recent turn, or None if Redis does not know it."""
+        """A turn's status, from Redis or else the state store (see
+        ``Producer.turn_status``); None if neither knows it."""
         return self._loop.run(self.producer.turn_status(turn_id))
+
+    def turn_info(self, turn_id: str) -> TurnInfo | None:
+        """A turn's status, attempt, final, usage and times (see ``Producer.turn_info``)."""
+        return self._loop.run(self.producer.turn_info(turn_id))

@@ -21,6 +21,7 @@ from reactq.producer.client import (
     PendingApproval,
     Producer,
     TurnHandle,
+    TurnInfo,
 )
 from reactq.producer.sync import SyncProducer, SyncTurnHandle
 from reactq.shared.errors import (
@@ -42,6 +43,7 @@ from reactq.shared.errors import (
     InvalidSessionIdError,
     InvalidStreamIdError,
     InvalidTurnError,
+    LLMAuthError,
     LLMBadRequestError,
     LLMConnectionError,
     LLMError,
@@ -63,6 +65,7 @@ from reactq.shared.errors import (
     StaleLeaseError,
     ToolDeniedError,
     ToolError,
+    ToolRequiredError,
     TurnCommittedError,
     TurnRejectedError,
     UnknownAgentError,
@@ -173,6 +176,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "SyncProducer",
     "SyncTurnHandle",
     "TurnHandle",
+    "TurnInfo",
     "TurnStatus",
     # over HTTP (the gateway extra)
     "GatewayClient",
@@ -227,6 +231,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "LLMRateLimitError",
     "LLMServerError",
     "LLMBadRequestError",
+    "LLMAuthError",
     "ContextLengthExceededError",
     "LLMResponseError",
     "LLMUndecodableError",
@@ -238,6 +243,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "AgentRunError",
     "ParserError",
     "EmptyResponseError",
+    "ToolRequiredError",
     "BudgetExceededError",
     "GatewayRequestError",
     # signals a tool raises for the model to read (they never reach a caller)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import json
 import os
@@ -34,6 +35,7 @@ from reactq.producer.cli_state import (
 )
 from reactq.producer.client import Producer
 from reactq.producer.render import render
+from reactq.shared.error_codes import ERROR_CODES
 from reactq.shared.errors import ConfigError, ReactqError, ServiceUnavailableError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.logs import configure_logging
@@ -287,6 +289,20 @@ def _run(args: argparse.Namespace) -> int:
         # Each run is a new conversation; this is how to go on with this one.
         print(f"reactq: session {session} (continue it with --session {session})", file=sys.stderr)
     return 0 if final.status == TurnStatus.COMPLETED else 1
+
+
+def _errors(args: argparse.Namespace) -> int:
+    """Print the error registry: a table, or one JSON object per line."""
+    if args.json:
+        for entry in ERROR_CODES:
+            print(json.dumps(dataclasses.asdict(entry)))
+        return 0
+    width = max(len(entry.code) for entry in ERROR_CODES)
+    print(f"{'CODE':<{width}}  RETRYABLE  MEANING")
+    for entry in ERROR_CODES:
+        retryable = "yes" if entry.retryable else "no"
+        print(f"{entry.code:<{width}}  {retryable:<9}  {entry.meaning}")
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -558,6 +574,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--sessions", type=int, default=4, help="sessions to run (default 4)")
     d.add_argument("--in-process", action="store_true", help="skip the pool even if Redis answers")
+
+    e = _command(
+        sub,
+        "errors",
+        "list every error code, whether it is worth a retry, and what it means",
+        "The codes on errors, error events, finals, tool_failed events and the gateway's "
+        "error bodies (docs/errors.md holds the same list).",
+    )
+    e.add_argument("--json", action="store_true", help="one JSON object per line")
     return parser
 
 
@@ -567,6 +592,7 @@ SYNC_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": lambda args: run_demo(sessions=args.sessions, in_process=args.in_process),
     "serve": _serve,
     "flower": _flower,
+    "errors": _errors,
 }
 
 

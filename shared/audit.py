@@ -5,7 +5,9 @@ sink is the long-term record (docs/architecture.md, "Events"). ``AuditedBus``
 wraps an EventBus so that every published event is also recorded; ``SqlAuditSink`` writes the
 ``audit_events`` table in the state database (so a SQL state store brings its
 audit log with it), ``MemoryAuditSink`` keeps them in a list for tests and the
-embedded mode. Read a run back with ``turn_events(turn_id)``.
+embedded mode. Read a run back with ``turn_events(turn_id)``: in stream order,
+whichever process recorded which event (the producer records what it publishes,
+the workers the rest), each event once.
 """
 
 from __future__ import annotations
@@ -14,29 +16,33 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from reactq.shared.bus import EventBus, PublishGuard, publish_all
-from reactq.shared.errors import ConfigError
+from reactq.shared.bus import EventBus, PublishGuard, parse_stream_id, publish_all
+from reactq.shared.errors import ConfigError, InvalidStreamIdError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.state import open_store
 from reactq.shared.state.base import StateStore
 from reactq.shared.state.sql import SqlStateStore
 from reactq.shared.state.sql_schema import audit_events
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the seam
     "AuditSink",
     "AuditedBus",
     # sinks
+    "DeferredAuditSink",
     "MemoryAuditSink",
     "SqlAuditSink",
     "audit_sink_for",
     "open_audit_sink",
+    # reading and repairing
+    "backfill",
+    "in_stream_order",
 ]
 
 log = logging.getLogger("reactq.audit")
@@ -52,7 +58,7 @@ class AuditSink(Protocol):
         ...
 
     async def turn_events(self, turn_id: str) -> list[Event]:
-        """Every recorded event of a turn, all attempts, in the order recorded."""
+        """Every recorded event of a turn, all attempts, in stream order, each once."""
         ...
 
     async def close(self) -> None:
@@ -137,8 +143,8 @@ class MemoryAuditSink:
         self.events.append(parse_event(_payload(event)))
 
     async def turn_events(self, turn_id: str) -> list[Event]:
-        """Every recorded event of a turn, in the order recorded."""
-        return [e for e in self.events if e.turn_id == turn_id]
+        """Every recorded event of a turn, in stream order, each once."""
+        return in_stream_order(e for e in self.events if e.turn_id == turn_id)
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -211,7 +217,7 @@ class SqlAuditSink:
         await self.store._write(op)
 
     async def turn_events(self, turn_id: str) -> list[Event]:
-        """Every recorded event of a turn, all attempts, in the order recorded."""
+        """Every recorded event of a turn, all attempts, in stream order, each once."""
         await self.flush()
         query = (
             select(audit_events.c.payload)
@@ -222,7 +228,7 @@ class SqlAuditSink:
         def op(conn: Connection) -> list[str]:
             return list(conn.execute(query).scalars().all())
 
-        return [parse_event(payload) for payload in await self.store._read(op)]
+        return in_stream_order(parse_event(payload) for payload in await self.store._read(op))
 
     async def close(self) -> None:
         """Write what is queued; close the store if the sink owns it."""
@@ -231,11 +237,38 @@ class SqlAuditSink:
             await self.store.close()
 
 
-def audit_sink_for(store: StateStore) -> AuditSink | None:
+class DeferredAuditSink:
+    """An AuditSink opened on first use by ``opener`` (which returns None when there is
+    no audit log to write: nothing is recorded then).
+
+    What a producer records through: its state store opens lazily, and a producer
+    that never publishes never opens it.
+    """
+
+    def __init__(self, opener: Callable[[], Awaitable[AuditSink | None]]) -> None:
+        self.opener = opener
+
+    async def record(self, event: BaseEvent) -> None:
+        """Record through the opened sink, if there is one."""
+        sink = await self.opener()
+        if sink is not None:
+            await sink.record(event)
+
+    async def turn_events(self, turn_id: str) -> list[Event]:
+        """The opened sink's events of the turn ([] without a sink)."""
+        sink = await self.opener()
+        return [] if sink is None else await sink.turn_events(turn_id)
+
+    async def close(self) -> None:
+        """Nothing: whoever owns the opener closes what it opened."""
+
+
+def audit_sink_for(store: StateStore, *, batch: bool = True) -> AuditSink | None:
     """A sink writing to ``store``'s database (sharing its engine), or None when the
-    store is not SQL (the audit log needs a database that can hold it)."""
+    store is not SQL (the audit log needs a database that can hold it). ``batch``
+    as for SqlAuditSink."""
     if isinstance(store, SqlStateStore):
-        return SqlAuditSink(store)
+        return SqlAuditSink(store, batch=batch)
     return None
 
 
@@ -259,3 +292,48 @@ def _payload(event: BaseEvent) -> str:
     # ensure_ascii: a lone surrogate in model text becomes a JSON escape, which
     # every database stores and parse_event reads back.
     return json.dumps(event.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
+
+
+# After every stream id: where an event recorded without a valid one (never published) sorts.
+_LAST = (2**64, 0)
+
+
+def _stream_position(event: BaseEvent) -> tuple[int, int]:
+    try:
+        return parse_stream_id(event.id) if event.id is not None else _LAST
+    except InvalidStreamIdError:
+        return _LAST
+
+
+def in_stream_order(events: Iterable[Event]) -> list[Event]:
+    """``events`` (one session's) in the order of their stream ids, each id once.
+
+    The producer and the workers record into the audit log from separate processes,
+    in batches: the order rows were written in is not the order of the stream.
+    """
+    seen: set[str] = set()
+    unique: list[Event] = []
+    for event in events:
+        if event.id is not None:
+            if event.id in seen:
+                continue
+            seen.add(event.id)
+        unique.append(event)
+    return sorted(unique, key=_stream_position)
+
+
+async def backfill(bus: EventBus, session_id: str, turn_id: str) -> int:
+    """Record the turn's events that its session's stream holds and the audit log lacks;
+    returns how many. A no-op unless ``bus`` is an AuditedBus.
+
+    A worker killed mid-turn takes with it the rows it had not written yet: the worker
+    that re-runs the turn calls this before its attempt begins.
+    """
+    if not isinstance(bus, AuditedBus):
+        return 0
+    stream = [e for e in await bus.read(session_id, after="0") if e.turn_id == turn_id]
+    recorded = {e.id for e in await bus.sink.turn_events(turn_id)}
+    missing = [e for e in stream if e.id not in recorded]
+    for event in missing:
+        await bus.sink.record(event)
+    return len(missing)

@@ -30,8 +30,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from reactq.shared.errors import InvalidStreamIdError, LeaseLostError, SchemaVersionError
 from reactq.shared.events import BaseEvent, Event, parse_event
-from reactq.shared.keys import Keys
-from reactq.shared.redis_client import lua_source
+from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS, Keys
+from reactq.shared.redis_client import connect, lua_source
+from reactq.shared.redis_urls import is_cluster_url
 
 logger = logging.getLogger(__name__)
 
@@ -299,6 +300,14 @@ def _decode_entry(session_id: str, entry_id: str, fields: Any) -> Event | None:
         return None
 
 
+def _connection_kwargs(redis: Redis) -> dict[str, Any]:
+    """The options the client's connections are made with (a cluster client keeps
+    them itself, a plain one in its pool)."""
+    pool = getattr(redis, "connection_pool", None)
+    kwargs = pool.connection_kwargs if pool is not None else redis.connection_kwargs  # type: ignore[attr-defined]
+    return dict(kwargs)
+
+
 class RedisEventBus:
     """Events on a capped Redis stream per session, mirrored on a pub/sub channel.
 
@@ -322,7 +331,7 @@ class RedisEventBus:
             raise ValueError("maxlen, ttl_seconds, block_ms and batch must each be at least 1")
         # A blocking read must return before the socket times out; redis-py's
         # connections default to 5 s when the pool was not given a timeout.
-        timeout = redis.connection_pool.connection_kwargs.get("socket_timeout", 5.0)
+        timeout = _connection_kwargs(redis).get("socket_timeout", 5.0)
         if timeout is not None and timeout * 1000 <= block_ms:
             raise ValueError(
                 f"block_ms={block_ms} is not below the client's socket_timeout={timeout}s: "
@@ -341,8 +350,14 @@ class RedisEventBus:
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "reactq", **kwargs: Any) -> RedisEventBus:
-        """A bus with its own client (closed by ``close``); kwargs go to the constructor."""
-        return cls(Redis.from_url(url), Keys(namespace), owns_client=True, **kwargs)
+        """A bus with its own client (closed by ``close``); kwargs go to the constructor.
+        For a cluster URL, the keys are sharded as ``REACTQ_REDIS_CLUSTER_SHARDS``'s
+        default; pass your own client and ``Keys`` for another count."""
+        if is_cluster_url(url):
+            client, keys = connect(url, 64), Keys(namespace, DEFAULT_CLUSTER_SHARDS)
+        else:
+            client, keys = Redis.from_url(url), Keys(namespace)
+        return cls(client, keys, owns_client=True, **kwargs)
 
     async def publish(self, event: E) -> E:
         """Append the event to its session's stream; return it with its stream ``id``."""

@@ -19,7 +19,7 @@ from pydantic_core import PydanticUndefined
 
 from reactq.shared.settings import _LIST_FIELDS, Settings
 
-__all__ = ["DOC_PATH", "render"]
+__all__ = ["DOC_PATH", "doc_command", "render"]
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -89,24 +89,31 @@ def render() -> str:
     return HEADER + "\n".join(rows) + "\n" + FOOTER
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``--write`` the reference to docs/configuration.md, ``--check`` it, else print it."""
-    parser = argparse.ArgumentParser(prog="python -m reactq.shared.config_doc")
+def doc_command(argv: list[str] | None, *, prog: str, path: Path, text: str) -> int:
+    """A generated reference's command: ``--write`` ``text`` to ``path``, ``--check``
+    that the file holds it (1 when stale), else print it."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    text = render()
     if args.write:
-        DOC_PATH.parent.mkdir(exist_ok=True)
-        DOC_PATH.write_text(text, encoding="utf-8")
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     elif args.check:
-        current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
         if current != text:
-            print(f"{DOC_PATH} is out of date: run `make docs`", file=sys.stderr)
+            print(f"{path} is out of date: run `make docs`", file=sys.stderr)
             return 1
     else:
         sys.stdout.write(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--write`` the reference to docs/configuration.md, ``--check`` it, else print it."""
+    return doc_command(
+        argv, prog="python -m reactq.shared.config_doc", path=DOC_PATH, text=render()
+    )
 
 
 if __name__ == "__main__":

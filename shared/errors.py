@@ -40,6 +40,7 @@
     │   ├── LLMRateLimitError        llm_rate_limited
     │   ├── LLMServerError           llm_server_error
     │   ├── LLMBadRequestError       llm_bad_request
+    │   │   └── LLMAuthError         llm_auth          (401/403: the key is refused)
     │   ├── ContextLengthExceededError context_length_exceeded
     │   ├── LLMResponseError         llm_bad_response  (garbage, error envelope, no choices)
     │   │   ├── LLMUndecodableError  llm_undecodable   (a body that is not JSON)
@@ -52,6 +53,8 @@
     ├── AgentRunError                agent_run_error   (why a run stopped early)
     │   ├── ParserError              parser_error      (JSON/PROSE output unparseable twice)
     │   ├── EmptyResponseError       empty_response    (NATIVE: nothing, twice)
+    │   ├── ToolRequiredError        tool_required     (require_tool_before_final: the
+    │   │                                               model kept answering without a tool)
     │   └── BudgetExceededError      budget_exceeded   (max_total_tokens / max_cost)
     └── ToolError                    tool_error        (a tool signal the model reads; never
         │                                               escapes the loop)
@@ -74,7 +77,10 @@ Subclasses defined beside the code that raises them::
                                              (reactq.producer.gateway_errors)
 
 tests/test_error_tree.py checks that every exception the package defines is in
-this tree (a few internal control-flow signals excepted, each with its reason).
+this tree (a few internal control-flow signals excepted, each with its reason),
+and that its code is in the registry (``reactq.shared.error_codes``), which says
+of every code whether it is worth a retry and what it means: ``error.retryable``
+reads it, ``reactq errors`` prints it, docs/errors.md is generated from it.
 
 Errors cross process boundaries (a Celery worker re-creates exceptions from their
 args), so every constructor takes the message first and only optional keywords,
@@ -84,6 +90,8 @@ and ``__reduce__`` keeps the keywords. No I/O or logging in ``__init__``.
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+from reactq.shared.error_codes import is_retryable
 
 
 class ReactqError(Exception):
@@ -98,6 +106,12 @@ class ReactqError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.message, self.details))
+
+    @property
+    def retryable(self) -> bool:
+        """True when the same request may succeed if made again later (the registry's
+        word for this error's code; an unregistered code is not)."""
+        return is_retryable(self.code)
 
     def to_dict(self) -> dict[str, Any]:
         """The error as JSON-able data: code, message and details."""
@@ -259,6 +273,12 @@ class LLMBadRequestError(LLMError):
     code = "llm_bad_request"
 
 
+class LLMAuthError(LLMBadRequestError):
+    """The endpoint refused the credentials (401) or the key's access (403)."""
+
+    code = "llm_auth"
+
+
 class ContextLengthExceededError(LLMError):
     """The conversation no longer fits the model's context window."""
 
@@ -323,6 +343,13 @@ class EmptyResponseError(AgentRunError):
     """NATIVE mode: the model answered nothing at all, even after a retry."""
 
     code = "empty_response"
+
+
+class ToolRequiredError(AgentRunError):
+    """``require_tool_before_final``: the model kept answering without calling a tool,
+    even after the reminders."""
+
+    code = "tool_required"
 
 
 class BudgetExceededError(AgentRunError):

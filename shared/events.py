@@ -114,7 +114,7 @@ class ToolFailedEvent(BaseEvent):
     error: str
     """What the model reads."""
     code: str = "tool_error"
-    """Why: tool_error, unknown_tool, invalid_arguments, timeout."""
+    """Why: tool_error, tool_timeout, tool_denied, unknown_tool, ... (docs/errors.md)."""
 
 
 class UsageEvent(BaseEvent):
@@ -159,6 +159,8 @@ class FinalEvent(BaseEvent):
     """Cumulative token usage of the turn."""
     cost: float | None = None
     """Cumulative cost of the turn, when a price table is configured."""
+    code: str | None = None
+    """Why a run ended in error or over budget (an error code: ``reactq errors``)."""
 
 
 class ApprovalRequestedEvent(BaseEvent):

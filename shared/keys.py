@@ -1,12 +1,27 @@
 """Every Redis key and channel name, in one place.
 
-Session keys carry the session id in a hash tag (``{...}``) so that one
-session's keys share a cluster slot and Lua scripts may touch them together.
+Session keys carry a hash tag (``{...}``) so that one session's keys share a
+cluster slot and Lua scripts may touch them together. On a single Redis the tag
+is the session id. On a Redis Cluster (``shards`` > 0) it is the session's
+*shard*, one of ``shards`` tags the sessions are spread over by a hash of their
+id: the sets a session's scripts update with its queue and lease (the deadline
+set, the index of parked turns) exist once per shard, in the shard's slot, so
+those scripts stay one atomic call; readers of those sets read every shard's.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from reactq.shared.redis_urls import is_cluster_url
+
+if TYPE_CHECKING:
+    from reactq.shared.settings import Settings
+
+DEFAULT_CLUSTER_SHARDS = 64
+"""``REACTQ_REDIS_CLUSTER_SHARDS``' default."""
 
 
 @dataclass(frozen=True)
@@ -14,9 +29,37 @@ class Keys:
     """Key names under one namespace (``REACTQ_NAMESPACE``)."""
 
     namespace: str = "reactq"
+    shards: int = 0
+    """0 on a single Redis; on a cluster, how many hash tags sessions are spread
+    over (``REACTQ_REDIS_CLUSTER_SHARDS``). Producers and workers must agree."""
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Keys:
+        """The keys of ``settings``' namespace, sharded when its Redis is a cluster."""
+        cluster = is_cluster_url(settings.redis_url)
+        return cls(settings.namespace, settings.redis_cluster_shards if cluster else 0)
+
+    def tag(self, session_id: str) -> str:
+        """The hash tag of the session's keys: its id, or on a cluster its shard."""
+        if not self.shards:
+            return session_id
+        # crc32, not hash(): every process must place a session in the same shard.
+        return f"{self.namespace}#{zlib.crc32(session_id.encode()) % self.shards}"
 
     def _s(self, session_id: str, suffix: str) -> str:
-        return f"{self.namespace}:s:{{{session_id}}}:{suffix}"
+        if not self.shards:
+            return f"{self.namespace}:s:{{{session_id}}}:{suffix}"
+        return f"{self.namespace}:s:{{{self.tag(session_id)}}}:{session_id}:{suffix}"
+
+    def _per_shard(self, name: str, session_id: str) -> str:
+        if not self.shards:
+            return f"{self.namespace}:{name}"
+        return f"{self.namespace}:{name}:{{{self.tag(session_id)}}}"
+
+    def _every_shard(self, name: str) -> list[str]:
+        if not self.shards:
+            return [f"{self.namespace}:{name}"]
+        return [f"{self.namespace}:{name}:{{{self.namespace}#{n}}}" for n in range(self.shards)]
 
     def events(self, session_id: str) -> str:
         """The session's capped event stream (XADD)."""
@@ -68,20 +111,28 @@ class Keys:
         (``shared/protocol/approvals.py``)."""
         return self._s(session_id, "approvals")
 
-    @property
-    def approvals_index(self) -> str:
-        """A set of the session ids that have a turn waiting for decisions."""
-        return f"{self.namespace}:approvals"
+    def approvals_index(self, session_id: str) -> str:
+        """The set of session ids with a turn waiting for decisions that holds
+        ``session_id``'s (one per shard on a cluster)."""
+        return self._per_shard("approvals", session_id)
+
+    def approvals_indexes(self) -> list[str]:
+        """Every ``approvals_index`` set."""
+        return self._every_shard("approvals")
 
     def turn_index(self, turn_id: str) -> str:
         """turn_id -> session_id, so a turn can be found by its id alone."""
         return f"{self.namespace}:turn:{turn_id}"
 
-    @property
-    def lease_deadlines(self) -> str:
-        """A sorted set session_id -> deadline (server ms), read by the reaper; written
-        only by ``protocol/deadlines.lua``."""
-        return f"{self.namespace}:leases"
+    def lease_deadlines(self, session_id: str) -> str:
+        """The sorted set session_id -> deadline (server ms) that holds
+        ``session_id``'s deadline (one per shard on a cluster); read by the reaper,
+        written only by ``protocol/deadlines.lua``."""
+        return self._per_shard("leases", session_id)
+
+    def deadline_sets(self) -> list[str]:
+        """Every ``lease_deadlines`` set."""
+        return self._every_shard("leases")
 
     @property
     def agents(self) -> str:

@@ -1,18 +1,28 @@
-"""How reactq talks to Redis: retries that ride out a restart or a failover, and
-the Lua scripts it runs (each a ``.lua`` file beside the module that runs it)."""
+"""How reactq talks to Redis: retries that ride out a restart or a failover, the
+Lua scripts it runs (each a ``.lua`` file beside the module that runs it), and a
+Redis Cluster behind a ``redis+cluster://`` (or ``rediss+cluster://``) URL.
+
+A cluster URL names any node of the cluster; the client learns the others from
+it. ``connect`` then returns redis-py's ``RedisCluster``, which routes each
+command (and each script, by its keys) to the node that owns the slot, and
+follows the cluster when slots move or a replica takes over.
+"""
 
 from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis as redis_sync
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from reactq.shared.redis_urls import is_cluster_url, node_url
 
 
 def text(value: Any) -> str:
@@ -46,7 +56,17 @@ def resilient_options() -> dict[str, Any]:
 
 def connect(url: str, max_connections: int, *, blocking: bool = False) -> Redis:
     """A client on ``url`` with ``resilient_options``; ``blocking`` pools wait for a
-    free connection instead of failing when all are in use."""
+    free connection instead of failing when all are in use.
+
+    For a cluster URL, a ``RedisCluster`` (typed as ``Redis``: it answers every
+    command reactq sends, with ``max_connections`` per node, and raises rather
+    than waits when they are all in use).
+    """
+    if is_cluster_url(url):
+        cluster = RedisCluster.from_url(
+            node_url(url), max_connections=max_connections, **resilient_options()
+        )
+        return cast(Redis, cluster)
     if blocking:
         pool = BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=30, **resilient_options()
@@ -60,6 +80,8 @@ def forget_namespace(url: str, namespace: str) -> int:
     its messages left unacknowledged in kombu's shared ``unacked`` hash (kombu
     would otherwise put them back on their queues hours later). For throwaway
     namespaces: a demo's, a benchmark's, a test run's. Returns the keys removed."""
+    if is_cluster_url(url):
+        return _forget_cluster_namespace(url, namespace)
     client = redis_sync.Redis.from_url(url)
     removed = 0
     try:
@@ -85,3 +107,15 @@ def forget_namespace(url: str, namespace: str) -> int:
     finally:
         client.close()
     return removed
+
+
+def _forget_cluster_namespace(url: str, namespace: str) -> int:
+    """``forget_namespace`` on a cluster: every primary is scanned, and keys are
+    deleted one at a time (a multi-key DEL may not span slots). A cluster is never
+    the broker, so it holds no kombu bindings."""
+    cluster = redis_sync.RedisCluster.from_url(node_url(url))
+    try:
+        keys = list(cluster.scan_iter(match=f"{namespace}*", count=1000))
+        return sum(int(cluster.delete(key)) for key in keys)
+    finally:
+        cluster.close()

@@ -30,6 +30,7 @@ import sqlalchemy.exc
 
 from reactq.shared.errors import ServiceUnavailableError
 from reactq.shared.logs import RedactingFilter
+from reactq.shared.redis_urls import is_cluster_url, node_url
 from reactq.shared.settings import Settings
 
 __all__ = [
@@ -230,11 +231,20 @@ def unavailable(
 
 def probe_redis(settings: Settings) -> None:
     """Raise ServiceUnavailableError unless Redis answers a PING (a few seconds at most)."""
-    client = redis_sync.Redis.from_url(
-        settings.redis_url,
-        socket_connect_timeout=PROBE_TIMEOUT_SECONDS,
-        socket_timeout=PROBE_TIMEOUT_SECONDS,
-    )
+    timeouts = {
+        "socket_connect_timeout": PROBE_TIMEOUT_SECONDS,
+        "socket_timeout": PROBE_TIMEOUT_SECONDS,
+    }
+    client: redis_sync.Redis | redis_sync.RedisCluster
+    try:
+        if is_cluster_url(settings.redis_url):
+            # Connecting learns the cluster's slots from the node named: a node that
+            # is not in a cluster, or a cluster without all its slots, fails here.
+            client = redis_sync.RedisCluster.from_url(node_url(settings.redis_url), **timeouts)
+        else:
+            client = redis_sync.Redis.from_url(settings.redis_url, **timeouts)
+    except (redis_errors.RedisError, redis_errors.RedisClusterException) as exc:
+        raise service_error(exc, settings) or unavailable(Service.redis(settings), exc) from None
     try:
         client.ping()
     except redis_errors.RedisError as exc:

@@ -20,6 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from reactq.shared.errors import ConfigError
+from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS
+from reactq.shared.redis_urls import is_cluster_url
 
 # Settings whose env var holds a comma-separated list.
 _LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins", "download_allow_hosts"})
@@ -59,9 +61,20 @@ class Settings(BaseModel):
     redis_url: str = Field(
         "redis://localhost:6379/0", json_schema_extra={"env": "REACTQ_REDIS_URL"}
     )
-    """Redis for events, leases and session queues."""
+    """Redis for events, leases and session queues; ``redis+cluster://host:port`` (any
+    node) for a Redis Cluster."""
     broker_url: str | None = Field(None, json_schema_extra={"env": "REACTQ_BROKER_URL"})
-    """Celery broker; defaults to the Redis URL."""
+    """Celery broker; defaults to the Redis URL. A single Redis or RabbitMQ: with a
+    Redis Cluster for ``REACTQ_REDIS_URL``, set it (Celery has no cluster broker)."""
+    redis_cluster_shards: int = Field(
+        DEFAULT_CLUSTER_SHARDS,
+        ge=1,
+        le=16384,
+        json_schema_extra={"env": "REACTQ_REDIS_CLUSTER_SHARDS"},
+    )
+    """On a Redis Cluster, how many hash tags (slots) sessions are spread over; every
+    producer and worker of a namespace must use the same number. More spread load over
+    more nodes; each costs every reaper sweep one call."""
     database_url: str = Field(
         default_factory=_default_database_url,
         json_schema_extra={"env": "REACTQ_DATABASE_URL", "doc_default": DEFAULT_DATABASE_DOC},
@@ -284,7 +297,7 @@ class Settings(BaseModel):
         values.update({k: v for k, v in overrides.items() if v is not None})
         reading = _reading.set(environ)
         try:
-            return cls.model_validate(values)
+            settings = cls.model_validate(values)
         except ValidationError as exc:
             names = cls.env_names()
             problems = "; ".join(
@@ -293,6 +306,21 @@ class Settings(BaseModel):
             raise ConfigError(f"invalid settings: {problems}") from None
         finally:
             _reading.reset(reading)
+        settings.check_broker()
+        return settings
+
+    def check_broker(self) -> None:
+        """Raise ConfigError when the broker would be a Redis Cluster."""
+        if is_cluster_url(self.effective_broker_url):
+            where = (
+                "REACTQ_BROKER_URL"
+                if self.broker_url
+                else "REACTQ_REDIS_URL (no REACTQ_BROKER_URL)"
+            )
+            raise ConfigError(
+                f"invalid settings: {where} is a Redis Cluster, and Celery's broker cannot be one: "
+                "set REACTQ_BROKER_URL to a single Redis (redis://...) or RabbitMQ (amqp://...)"
+            )
 
 
 def _env_value(value: Any) -> str:

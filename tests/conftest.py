@@ -12,6 +12,7 @@ Every run uses its own Redis key namespace and deletes its keys at the end.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 import redis as redis_sync
 
 from reactq.shared.redis_client import forget_namespace
+from reactq.shared.redis_urls import node_url
 
 REQUIRE = os.environ.get("REACTQ_REQUIRE_SERVICES") == "1"
 
@@ -98,6 +100,120 @@ def redis_url() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20000, 30000)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+
+
+def _cluster_answers(url: str) -> bool:
+    try:
+        client = redis_sync.RedisCluster.from_url(node_url(url), socket_connect_timeout=1)
+    except redis_sync.RedisError:
+        return False
+    try:
+        info = client.cluster_info()
+        return bool(info.get("cluster_state") == "ok")
+    except redis_sync.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(namespace: str) -> Iterator[str]:
+    """A Redis Cluster URL (``redis+cluster://``): ``REACTQ_TEST_REDIS_CLUSTER_URL``, else
+    three masters started here (``redis-server --cluster-enabled yes``, joined by
+    ``redis-cli --cluster create``). The run's namespace is deleted from it at the end."""
+    url = os.environ.get("REACTQ_TEST_REDIS_CLUSTER_URL")
+    if url:
+        if not _cluster_answers(url):
+            unavailable(f"no Redis Cluster answers at {url} (REACTQ_TEST_REDIS_CLUSTER_URL)")
+        yield url
+        forget_namespace(url, namespace)
+        return
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        unavailable(
+            "a Redis Cluster needs redis-server and redis-cli (Debian: redis-server), "
+            "or set REACTQ_TEST_REDIS_CLUSTER_URL"
+        )
+    assert server is not None and cli is not None
+    workdir = tempfile.mkdtemp(prefix="reactq-cluster-")
+    ports: list[int] = []
+    while len(ports) < 3:
+        port = _cluster_port()
+        if port not in ports:
+            ports.append(port)
+    procs = [
+        subprocess.Popen(
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{port}.conf",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for port in ports
+    ]
+    url = f"redis+cluster://127.0.0.1:{ports[0]}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while not all(_redis_answers(f"redis://127.0.0.1:{port}/0") for port in ports):
+            if time.monotonic() > deadline:
+                unavailable("the Redis Cluster's servers did not start within 10 s")
+            time.sleep(0.05)
+        created = subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if created.returncode != 0:
+            unavailable(f"redis-cli --cluster create failed: {created.stdout}{created.stderr}")
+        deadline = time.monotonic() + 30
+        while not _cluster_answers(url):
+            if time.monotonic() > deadline:
+                unavailable("the Redis Cluster did not reach cluster_state:ok within 30 s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis as redis_sync
 
+from reactq.shared.redis_urls import is_cluster_url, node_url
 from reactq.worker.agent.llm.scripted_server import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +66,13 @@ async def wait_until(predicate: Callable[[], Any], timeout: float, what: str) ->
         await asyncio.sleep(0.05)
 
 
+def sync_client(url: str) -> redis_sync.Redis:
+    """A blocking client on ``url``, a Redis Cluster's included."""
+    if is_cluster_url(url):
+        return redis_sync.RedisCluster.from_url(node_url(url))  # type: ignore[return-value]
+    return redis_sync.Redis.from_url(url)
+
+
 class WorkerPool:
     """Real ``reactq worker`` processes sharing one environment."""
 
@@ -111,7 +119,7 @@ class WorkerPool:
 
     def wait_ready(self, redis_url: str, namespace: str, count: int, timeout: float = 60) -> None:
         """Wait until ``count`` workers have registered (or fail with their logs)."""
-        client = redis_sync.Redis.from_url(redis_url)
+        client = sync_client(redis_url)
         deadline = time.monotonic() + timeout
         try:
             while client.hlen(f"{namespace}:workers") < count:

@@ -28,12 +28,21 @@ from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.protocol.queue import SessionQueue
+from reactq.shared.redis_client import connect
 from reactq.shared.turns import TurnRequest, TurnStatus
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def where(request: pytest.FixtureRequest, redis_url: str) -> tuple[str, int]:
+    """Each test on a single Redis, then on a Redis Cluster (sessions sharded)."""
+    if request.param == "cluster":
+        return request.getfixturevalue("redis_cluster_url"), 8
+    return redis_url, 0
+
+
 @pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
+async def redis(where: tuple[str, int]) -> AsyncIterator[Redis]:
+    client = connect(where[0], 32)
     try:
         yield client
     finally:
@@ -41,8 +50,8 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
 
 
 class Rig:
-    def __init__(self, redis: Redis, namespace: str) -> None:
-        self.keys = Keys(f"{namespace}-ap{uuid.uuid4().hex[:6]}")
+    def __init__(self, redis: Redis, namespace: str, shards: int = 0) -> None:
+        self.keys = Keys(f"{namespace}-ap{uuid.uuid4().hex[:6]}", shards)
         self.redis = redis
         self.queue = SessionQueue(redis, self.keys)
         self.approvals = Approvals(redis, self.keys)
@@ -65,8 +74,8 @@ class Rig:
 
 
 @pytest.fixture
-def rig(redis: Redis, namespace: str) -> Rig:
-    return Rig(redis, namespace)
+def rig(redis: Redis, namespace: str, where: tuple[str, int]) -> Rig:
+    return Rig(redis, namespace, where[1])
 
 
 async def test_a_parked_turn_holds_its_session(rig: Rig) -> None:
@@ -78,7 +87,7 @@ async def test_a_parked_turn_holds_its_session(rig: Rig) -> None:
     assert (await rig.queue.turn_status(turn_id)) == (rig.sid, TurnStatus.AWAITING_APPROVAL)
     assert await rig.lease.release(rig.sid, token)
     # The release left the session due at the expiry, not dropped.
-    score = await rig.redis.zscore(rig.keys.lease_deadlines, rig.sid)
+    score = await rig.redis.zscore(rig.keys.lease_deadlines(rig.sid), rig.sid)
     assert score is not None
     waiting = await rig.approvals.pending()
     assert [(w.turn_id, w.call_id) for w in waiting] == [(turn_id, "c1"), (turn_id, "c2")]
@@ -155,6 +164,6 @@ async def test_cancel_ends_a_waiting_turn(rig: Rig) -> None:
     assert not await rig.redis.exists(rig.keys.running(rig.sid))
     assert not await rig.redis.exists(rig.keys.approvals(rig.sid))
     assert await rig.approvals.pending() == []
-    assert await rig.redis.zscore(rig.keys.lease_deadlines, rig.sid) is None
+    assert await rig.redis.zscore(rig.keys.lease_deadlines(rig.sid), rig.sid) is None
     with pytest.raises(ApprovalClosedError):
         await rig.approvals.decide(rig.sid, turn_id, {"c1": (True, None)}, "late")

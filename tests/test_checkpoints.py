@@ -274,7 +274,7 @@ async def test_a_run_that_cannot_wait_denies_calls_that_need_a_person() -> None:
     assert final.status == "completed"  # type: ignore[attr-defined]
     assert PAID == []
     tool_results = [m["content"] for m in llm.calls[1].messages if m["role"] == "tool"]
-    assert tool_results == [f"Error: the call was denied: {CANNOT_WAIT}", "bumped 9"]
+    assert tool_results == [f"[tool_denied] the call was denied: {CANNOT_WAIT}", "bumped 9"]
 
 
 async def test_a_policy_or_the_tool_parks_the_run_and_decisions_resume_it() -> None:
@@ -309,7 +309,7 @@ async def test_a_policy_or_the_tool_parks_the_run_and_decisions_resume_it() -> N
     assert final.status == "completed"  # type: ignore[attr-defined]
     assert PAID == [5] and RAN == []
     tool_results = [m["content"] for m in llm.calls[0].messages if m["role"] == "tool"]
-    assert tool_results == ["paid 5", "Error: the call was denied: not that one"]
+    assert tool_results == ["paid 5", "[tool_denied] the call was denied: not that one"]
     assert await store.get_checkpoint("s1", "t-run") is None
 
 

@@ -17,6 +17,7 @@ import pytest
 
 import reactq
 from reactq.producer.gateway_errors import GatewayError
+from reactq.shared.error_codes import ERROR_CODES
 from reactq.shared.errors import ReactqError
 
 # Modules that cannot be imported on their own, with the reason.
@@ -102,6 +103,15 @@ def test_each_code_is_declared_once() -> None:
             continue  # inherits its parent's code
         assert code not in owners, f"{cls.__qualname__} and {owners[code]} both declare {code!r}"
         owners[code] = cls.__qualname__
+
+
+def test_every_code_is_in_the_registry() -> None:
+    """Issue 22, item 5: each code says whether it is worth a retry, and what it means."""
+    registered = {entry.code for entry in ERROR_CODES}
+    missing = sorted(
+        f"{cls.__qualname__}: {cls.code}" for cls in TREE if cls.code not in registered
+    )
+    assert missing == [], f"add these codes to reactq.shared.error_codes: {missing}"
 
 
 @pytest.mark.parametrize("cls", TREE, ids=lambda cls: cls.__qualname__)

@@ -53,7 +53,7 @@ async def test_5xx_and_dropped_connections_retry_with_backoff_bounded_in_count()
 
 async def test_other_4xx_fail_fast_and_retry_after_beyond_the_time_bound_gives_up() -> None:
     _, bus, server = await run_once(scripted(Reply.error(401, "no key")), max_retries=3)
-    assert len(server.requests) == 1 and bus.of("error")[0].code == "llm_bad_request"
+    assert len(server.requests) == 1 and bus.of("error")[0].code == "llm_auth"
 
     slow = scripted(Reply.error(429, "later", headers={"Retry-After": "30"}))
     started = time.monotonic()

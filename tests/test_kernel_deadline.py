@@ -76,7 +76,7 @@ async def test_a_call_that_never_waits_leaves_no_timer_behind() -> None:
 async def test_the_deadline_counts_from_the_start_of_the_call() -> None:
     started = time.monotonic()
     (output,) = await step("hog_then_wait")
-    assert output == "Error: the tool timed out after 0.1 s"
+    assert output == "[tool_timeout] the tool timed out after 0.1 s"
     assert time.monotonic() - started < 1.0
 
 

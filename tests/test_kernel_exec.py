@@ -139,10 +139,10 @@ async def test_interventions_deny_replace_and_annotate() -> None:
     handler = scripted(Reply.tool_calls(calls), Reply.text("ok"))
     _result, bus, server = await run(handler, interventions=Interventions(before, after))
     sent = [m["content"] for m in server.requests[1]["messages"][-3:]]
-    assert sent[0] == "Error: the call was denied: writes need a human"
+    assert sent[0] == "[tool_denied] the call was denied: writes need a human"
     assert sent[1] == "a=safe\n\n(checked read_a)"
     assert sent[2] == "b=orig\n\n(checked read_b)"
-    assert bus.of("tool_failed")[0].code == "denied"
+    assert bus.of("tool_failed")[0].code == "tool_denied"
     assert [s.tool for s in seen] == ["write", "read_a", "read_b"]
 
 
@@ -156,7 +156,7 @@ async def test_a_raising_before_tool_fails_closed_by_default(fallback: BeforeToo
     _, bus, server = await run(handler, **knobs)
     content = server.requests[1]["messages"][-1]["content"]
     if fallback is BeforeToolFallback.DENY:
-        assert content.startswith("Error: the call was denied") and bus.of("tool_failed")
+        assert content.startswith("[tool_denied] the call was denied") and bus.of("tool_failed")
     else:
         assert content == "b=1"
 
@@ -196,10 +196,10 @@ async def test_the_gate_decides_every_call_and_no_decision_is_a_denial() -> None
     _, bus, server = await run(handler, tool_gate=gate, tool_gate_timeout=0.1)
     sent = [m["content"] for m in server.requests[1]["messages"][-5:]]
     assert sent[0] == "b=yes"
-    assert sent[1] == "Error: the call was denied: not today"
+    assert sent[1] == "[tool_denied] the call was denied: not today"
     assert "no approval arrived in time" in sent[2]
     assert "approver failed" in sent[3] and "no decision" in sent[4]
-    assert [f.code for f in bus.of("tool_failed")] == ["denied"] * 4
+    assert [f.code for f in bus.of("tool_failed")] == ["tool_denied"] * 4
 
 
 async def test_old_tool_results_are_shrunk_head_and_tail_under_a_context_budget() -> None:

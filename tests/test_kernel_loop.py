@@ -116,7 +116,7 @@ FAILURES = {
         "invalid_arguments",
         "a: Input should be a valid integer",
     ),
-    "timeout": (("sleepy", {}), "timeout", "timed out after 0.1 s"),
+    "timeout": (("sleepy", {}), "tool_timeout", "timed out after 0.1 s"),
 }
 
 
@@ -137,7 +137,7 @@ async def test_tool_failures_go_back_to_the_model(case: str, stream: bool) -> No
     assert fragment in failed.error
     sent = server.requests[1]["messages"][-1]
     assert sent["role"] == "tool" and sent["tool_call_id"] == "bad1"
-    assert sent["content"] == f"Error: {failed.error}"
+    assert sent["content"] == f"[{code}] {failed.error}"
     if case == "invalid_json":
         assert bus.of("action")[0].args == '{"a": 1,'  # the raw text when not JSON
 

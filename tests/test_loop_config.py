@@ -192,7 +192,7 @@ async def test_tool_gate_timeout_from_the_agent() -> None:
     result = await run(agent, llm, bus := ListBus())
     assert time.monotonic() - started < 5  # the agent's 0.05 s, not the default 300 s
     assert result.text == "denied, fine" and len(pinged) == before
-    assert bus.of("tool_failed")[0].code == "denied"
+    assert bus.of("tool_failed")[0].code == "tool_denied"
     assert "no approval arrived in time" in llm.calls[1].messages[-1]["content"]
 
 

@@ -122,7 +122,7 @@ async def test_an_mcp_tool_error_is_read_and_the_run_goes_on(producer: Producer)
     handle = await producer.submit(sid, "Add 1 and 2, or fail", agent="mcp-e2e")
     final = await asyncio.wait_for(handle.result(), 60)
     assert final.status == "completed"
-    assert final.text.startswith("The sum is Error: the MCP tool 'fail' failed: ")
+    assert final.text.startswith("The sum is [tool_error] the MCP tool 'fail' failed: ")
     events = await asyncio.wait_for(_events(producer, sid), 30)
     failed = [e for e in events if e.type == "tool_failed"]
     assert len(failed) == 1 and getattr(failed[0], "tool", None) == "demo_fail"

@@ -57,7 +57,7 @@ async def drain(rig: Rig, session_id: str) -> int:
 async def assert_at_rest(rig: Rig, session_id: str) -> None:
     assert await rig.slot_and_lease(session_id) == (None, None)
     assert await rig.redis.llen(rig.keys.pending(session_id)) == 0
-    assert await rig.redis.zscore(rig.keys.lease_deadlines, session_id) is None
+    assert await rig.redis.zscore(rig.keys.lease_deadlines(session_id), session_id) is None
 
 
 async def assert_completed(rig: Rig, session_id: str, turn_id: str, message: str) -> None:
@@ -204,7 +204,7 @@ async def test_a_drain_that_fails_leaves_its_session_to_the_reaper(rig: Rig) -> 
     with pytest.raises(RuntimeError, match="the claim broke"):
         await drain(rig, s)
     assert await rig.redis.get(rig.keys.lease(s)) is None
-    assert await rig.redis.zscore(rig.keys.lease_deadlines, s) is not None
+    assert await rig.redis.zscore(rig.keys.lease_deadlines(s), s) is not None
     rig.queue.advance = working  # type: ignore[method-assign]
     assert await drain(rig, s) == 1
     await assert_completed(rig, s, later.turn_id, "still runs")

@@ -202,7 +202,7 @@ async def test_denied_expired_raced_and_unknown(make_pool, producers, tmp_path: 
     if wins[0].decided[0].approved:
         assert final.text == "result: paid 5"
     else:
-        assert final.text == "result: Error: the call was denied: too much"
+        assert final.text == "result: [tool_denied] the call was denied: too much"
         assert lines(effects) == []
 
     # Unknown turn, unknown call.
@@ -219,7 +219,7 @@ async def test_denied_expired_raced_and_unknown(make_pool, producers, tmp_path: 
     final = await expiring.result(timeout=30)
     assert (final.status, final.text) == (
         "completed",
-        "result: Error: the call was denied: no decision in time",
+        "result: [tool_denied] the call was denied: no decision in time",
     )
     decided = [
         e for e in await events_of(p, s2, expiring.turn_id) if isinstance(e, ApprovalDecidedEvent)
@@ -339,7 +339,7 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             made = await client.decide(third.turn_id, {call3["call_id"]: "no thanks"}, by="gc")
             assert made.ready and made.decided[0].by == "billing for gc"
             assert (await third.result(timeout=30)).text == (
-                "result: Error: the call was denied: no thanks"
+                "result: [tool_denied] the call was denied: no thanks"
             )
     except httpx2.HTTPError:
         print(gateway.logs())
@@ -355,7 +355,7 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
     assert out.returncode == 0, out.stderr
     assert "denied; the turn resumes" in out.stdout
     final = await denied.result(timeout=30)
-    assert final.text == "result: Error: the call was denied: not today"
+    assert final.text == "result: [tool_denied] the call was denied: not today"
     late = run_cli(env, "approve", denied.turn_id, call["call_id"], "--note", "late")
     assert late.returncode != 0
     assert "decision_conflict" in late.stderr or "approval_closed" in late.stderr

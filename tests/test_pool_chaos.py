@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
-from reactq.producer import Producer
+from reactq.producer import Producer, TurnHandle
 from reactq.shared.events import FinalEvent
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
@@ -28,15 +28,24 @@ pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 SESSIONS, TURNS_PER_SESSION, WORKERS = 20, 10, 3
 
 
-@pytest.fixture
+@pytest.fixture(params=["redis", "cluster"])
 def chaos_pool(
-    redis_url: str, namespace: str, postgres_url: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    redis_url: str,
+    namespace: str,
+    postgres_url: str,
+    tmp_path: Path,
 ) -> Iterator[tuple[WorkerPool, dict[str, str]]]:
     # Turns long enough (2 x 0.4 s of model time) that kills land mid-turn.
     server = ScriptedServer(lookup_then_answer, latency=0.4).start_in_thread()
+    broker_url = redis_url
+    if request.param == "cluster":
+        # Leases, queues, deadlines and events on a Redis Cluster, the broker on one Redis.
+        redis_url = request.getfixturevalue("redis_cluster_url")
     env = {
         "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-chaos",
+        "REACTQ_BROKER_URL": broker_url,
+        "REACTQ_NAMESPACE": f"{namespace}-chaos-{request.param}",
         "REACTQ_DATABASE_URL": postgres_url,
         "OPENAI_BASE_URL": server.base_url,
         "OPENAI_API_KEY": "test-key",
@@ -91,6 +100,10 @@ async def test_sigkill_chaos_loses_and_doubles_nothing(
                 handles.append(await producer.submit(sid, f"{sid} #{turn}", agent="e2e"))
         try:
             finals = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 240)
+        except TimeoutError:
+            stop.set()
+            await killer
+            raise AssertionError(await _stuck(producer, handles, pool)) from None
         finally:
             stop.set()
             kills = await killer
@@ -115,6 +128,27 @@ async def test_sigkill_chaos_loses_and_doubles_nothing(
                 TURNS_PER_SESSION
             )
         assert reruns >= 1, "some turn must have been re-run after a kill"
+
+
+async def _stuck(producer: Producer, handles: list[TurnHandle], pool: WorkerPool) -> str:
+    """What a chaos run that timed out left behind: each session whose turns did not
+    all end, with its queue, lease and deadline, then the workers' logs."""
+    keys, redis = producer.keys, producer.redis
+    lines = []
+    for sid in sorted({h.session_id for h in handles}):
+        events = await producer.bus.read(sid, after="0")
+        ended = {e.turn_id for e in events if isinstance(e, FinalEvent)}
+        open_turns = [h.turn_id for h in handles if h.session_id == sid and h.turn_id not in ended]
+        if not open_turns:
+            continue
+        lines.append(
+            f"{sid}: no final for {open_turns}; pending={await redis.llen(keys.pending(sid))} "
+            f"running={await redis.get(keys.running(sid))!r:.80} "
+            f"lease={await redis.get(keys.lease(sid))!r} "
+            f"deadline={await redis.zscore(keys.lease_deadlines(sid), sid)} "
+            f"last={[(e.type, e.turn_id, getattr(e, 'attempt', None)) for e in events[-3:]]}"
+        )
+    return "turns did not end within 240 s:\n" + "\n".join(lines) + "\n" + pool.logs()[-6000:]
 
 
 def _start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:

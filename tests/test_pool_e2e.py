@@ -30,7 +30,7 @@ def model() -> Iterator[ScriptedServer]:
     server.stop()
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres", "rabbitmq"])
+@pytest.fixture(scope="module", params=["sqlite", "postgres", "rabbitmq", "cluster"])
 def pool_env(
     request: pytest.FixtureRequest,
     redis_url: str,
@@ -43,8 +43,15 @@ def pool_env(
         database_url = request.getfixturevalue("postgres_url")
     else:
         database_url = f"sqlite+aiosqlite:///{tmp / 'state.db'}"
+    broker_url = redis_url
+    if request.param == "cluster":
+        # Events, leases, queues and the Redis state on a Redis Cluster; Celery's
+        # broker on a single Redis (it has no cluster transport).
+        redis_url = request.getfixturevalue("redis_cluster_url")
+        database_url = f"{redis_url}?namespace={namespace}-state"
     env = {
         "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_BROKER_URL": broker_url,
         "REACTQ_NAMESPACE": f"{namespace}-{request.param}",
         "REACTQ_DATABASE_URL": database_url,
         "OPENAI_BASE_URL": model.base_url,
@@ -60,7 +67,7 @@ def pool_env(
         yield env
     finally:
         pool.stop()
-        if "REACTQ_BROKER_URL" in env:
+        if request.param == "rabbitmq":
             delete_amqp_queues(env["REACTQ_BROKER_URL"], [f"{env['REACTQ_NAMESPACE']}.e2e"])
 
 
@@ -162,6 +169,7 @@ async def test_malformed_payloads_are_reported_and_the_queue_goes_on(producer: P
     bad = [e for e in events if e.turn_id == "t_badpayload"]
     assert [e.type for e in bad] == ["error", "final"]
     assert isinstance(bad[-1], FinalEvent) and bad[-1].status == "error"
+    assert bad[-1].code == "invalid_turn"  # the final names its error, like the error event
     assert "malformed" in bad[-1].text
     assert await producer.redis.llen(pending) == 0
     assert [m.content for m in await producer.history(sid) if m.role == "user"] == ["still works"]

@@ -29,6 +29,7 @@ from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import CancelOutcome, ClaimedTurn, LeaseEnd, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.steps import TurnSteps
+from reactq.shared.redis_client import connect
 from reactq.shared.settings import Settings
 from reactq.shared.state import MemoryStateStore, TurnCheckpoint
 from reactq.shared.turns import (
@@ -47,9 +48,22 @@ def sid() -> str:
     return f"p-{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def where(request: pytest.FixtureRequest, redis_url: str, namespace: str) -> tuple[str, Keys]:
+    """Each test on a single Redis, then on a Redis Cluster (sessions sharded)."""
+    if request.param == "cluster":
+        return request.getfixturevalue("redis_cluster_url"), Keys(namespace, shards=8)
+    return redis_url, Keys(namespace)
+
+
 @pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
+def keys(where: tuple[str, Keys]) -> Keys:
+    return where[1]
+
+
+@pytest.fixture
+async def redis(where: tuple[str, Keys]) -> AsyncIterator[Redis]:
+    client = connect(where[0], 32)
     try:
         yield client
     finally:
@@ -57,8 +71,8 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-def queue(redis: Redis, namespace: str) -> SessionQueue:
-    return SessionQueue(redis, Keys(namespace))
+def queue(redis: Redis, keys: Keys) -> SessionQueue:
+    return SessionQueue(redis, keys)
 
 
 def turn(session: str, strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE) -> TurnRequest:
@@ -105,8 +119,7 @@ async def test_cancel_outcomes_are_typed(queue: SessionQueue) -> None:
     assert (unknown.outcome, unknown.status, unknown.session_id) == (CancelOutcome.UNKNOWN, None, s)
 
 
-async def test_submit_lease_and_reaper_share_one_deadline(redis: Redis, namespace: str) -> None:
-    keys = Keys(namespace)
+async def test_submit_lease_and_reaper_share_one_deadline(redis: Redis, keys: Keys) -> None:
     queue = SessionQueue(redis, keys, dispatch_grace_seconds=0)
     lease, deadlines = SessionLease(redis, keys, 30, "w"), Deadlines(redis, keys)
     s = sid()
@@ -118,7 +131,7 @@ async def test_submit_lease_and_reaper_share_one_deadline(redis: Redis, namespac
     assert s in await deadlines.expired(limit=10_000)
     assert await lease.holds(s, token) and not await lease.holds(s, token + 1)
     assert await lease.release(s, token)
-    assert await redis.zscore(keys.lease_deadlines, s) is None
+    assert await redis.zscore(keys.lease_deadlines(s), s) is None
 
 
 def test_cancel_notices() -> None:
@@ -302,9 +315,8 @@ async def test_submit_refuses_an_invalid_turn_id(queue: SessionQueue, redis: Red
 
 
 async def test_a_turns_steps_are_fenced_by_the_lease_and_go_with_the_turn(
-    queue: SessionQueue, redis: Redis, namespace: str
+    queue: SessionQueue, redis: Redis, keys: Keys
 ) -> None:
-    keys = Keys(namespace)
     s = sid()
     first = turn(s)
     await queue.submit(first)
@@ -337,9 +349,8 @@ async def test_a_turns_steps_are_fenced_by_the_lease_and_go_with_the_turn(
 
 
 async def test_advance_finishes_claims_or_releases_in_one_step(
-    queue: SessionQueue, redis: Redis, namespace: str
+    queue: SessionQueue, redis: Redis, keys: Keys
 ) -> None:
-    keys = Keys(namespace)
     s = sid()
     first, second = turn(s), turn(s)
     await queue.submit(first)
@@ -365,5 +376,5 @@ async def test_advance_finishes_claims_or_releases_in_one_step(
     end = await queue.advance(s, token, (third.turn_id, TurnStatus.COMPLETED))
     assert end is LeaseEnd.RELEASED
     assert await lease.holder(s) is None
-    assert await redis.zscore(keys.lease_deadlines, s) is None
+    assert await redis.zscore(keys.lease_deadlines(s), s) is None
     assert not await queue.has_work(s)

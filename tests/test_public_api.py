@@ -78,6 +78,7 @@ PUBLIC = [
     "SyncProducer",
     "SyncTurnHandle",
     "TurnHandle",
+    "TurnInfo",
     "TurnStatus",
     # over HTTP (the gateway extra)
     "GatewayClient",
@@ -132,6 +133,7 @@ PUBLIC = [
     "LLMRateLimitError",
     "LLMServerError",
     "LLMBadRequestError",
+    "LLMAuthError",
     "ContextLengthExceededError",
     "LLMResponseError",
     "LLMUndecodableError",
@@ -143,6 +145,7 @@ PUBLIC = [
     "AgentRunError",
     "ParserError",
     "EmptyResponseError",
+    "ToolRequiredError",
     "BudgetExceededError",
     "GatewayRequestError",
     # signals a tool raises for the model to read

@@ -126,7 +126,7 @@ class Bridge:
         # Every in-flight turn may hold a connection briefly (publish, renew), and
         # subscribers block on one: size the pool to the concurrency.
         self.redis = connect(s.redis_url, max_connections=s.concurrency * 2 + 16)
-        keys = Keys(s.namespace)
+        keys = Keys.for_settings(s)
         bus = RedisEventBus(
             self.redis, keys, maxlen=s.event_maxlen, ttl_seconds=s.event_ttl_seconds
         )

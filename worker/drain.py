@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
+from reactq.shared.audit import backfill
 from reactq.shared.bus import E, EventBus, PublishGuard, TurnEmitter
 from reactq.shared.errors import (
     EvictedError,
@@ -295,6 +296,7 @@ class Drainer:
             # refused as stale; looked at first, it could land in between and the
             # turn would run and be stored again.
             await self._fence(sid, turn.agent, token)
+            await self._backfill_audit(sid, turn.turn_id)
             if await self._already_committed(sid, turn.turn_id, emitter):
                 return None
         if claimed.lost >= self.settings.max_attempts:
@@ -486,6 +488,15 @@ class Drainer:
             return await self.lease.holds(sid, token)
         except RedisError:
             return False
+
+    async def _backfill_audit(self, sid: str, turn_id: str) -> None:
+        """Record what the turn's earlier attempts published and the audit log lacks
+        (their holder may have died before writing it). Never fails the turn."""
+        try:
+            if added := await backfill(self.bus, sid, turn_id):
+                log.info("session %s: audit log: recorded %d events of %s", sid, added, turn_id)
+        except Exception:
+            log.exception("session %s: audit log: could not backfill turn %s", sid, turn_id)
 
     async def _already_committed(self, sid: str, turn_id: str, emitter: TurnEmitter) -> bool:
         """A re-issued turn whose previous holder died after committing it is done."""

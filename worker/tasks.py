@@ -101,7 +101,7 @@ def run_worker(
     concurrency = concurrency or settings.concurrency
     settings = settings.model_copy(update={"concurrency": concurrency})
     name = hostname or f"reactq-{os.getpid()}@{socket.gethostname()}"
-    keys = Keys(settings.namespace)
+    keys = Keys.for_settings(settings)
     app = celery_app(settings, consumer=True)
     # Remote control and events per namespace: `reactq flower` shows this pool alone.
     app.conf.update(keys.celery_isolation())

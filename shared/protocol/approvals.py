@@ -138,7 +138,7 @@ class Approvals:
                 k.running(session_id),
                 k.turns(session_id),
                 k.approvals(session_id),
-                k.approvals_index,
+                k.approvals_index(session_id),
             ],
             args=[
                 turn_id,
@@ -175,8 +175,8 @@ class Approvals:
                 keys=[
                     k.approvals(session_id),
                     k.turns(session_id),
-                    k.approvals_index,
-                    k.lease_deadlines,
+                    k.approvals_index(session_id),
+                    k.lease_deadlines(session_id),
                 ],
                 args=[
                     turn_id,
@@ -263,8 +263,11 @@ class Approvals:
         """Every call waiting for a decision (of one session, or of all)."""
         if session_id is not None:
             return await self.waiting(session_id)
+        members: set[str] = set()
+        for index in self.keys.approvals_indexes():
+            members.update(text(s) for s in await self.redis.smembers(index))
         found: list[PendingApproval] = []
-        for member in sorted(text(s) for s in await self.redis.smembers(self.keys.approvals_index)):
+        for member in sorted(members):
             found += await self.waiting(member)
         return found
 

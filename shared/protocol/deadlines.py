@@ -1,8 +1,10 @@
 """The session deadline set: when the reaper must look at a session.
 
-``keys.lease_deadlines`` is a sorted set, session id -> a deadline in Redis
-server milliseconds. Every session with work has one: set at submit (unless it
-has one), pushed on by each lease grant and renewal, dropped on release. A
+``keys.lease_deadlines(session)`` is a sorted set, session id -> a deadline in
+Redis server milliseconds (one set, or on a Redis Cluster one per shard: the
+reads below go through every set, the writes to the session's). Every session
+with work has one: set at submit (unless it has one), pushed on by each lease
+grant and renewal, dropped on release. A
 deadline that passes means nobody is taking care of the session: its holder
 died, or its drain task was lost with a worker. Every worker's reaper asks for
 the passed ones (one cheap ZRANGEBYSCORE, never a key scan) and re-dispatches
@@ -41,31 +43,41 @@ class Deadlines:
     async def reap(self, limit: int = 100, retry_seconds: float = 30.0) -> list[str]:
         """Sessions whose deadline passed, each pushed ``retry_seconds`` on, so that
         one reaper re-dispatches it and another tries again if that one fails."""
-        due = await self._reap(
-            keys=[self.keys.lease_deadlines], args=[limit, int(retry_seconds * 1000)]
-        )
-        return [text(s) for s in due]
+        due: list[str] = []
+        for deadlines in self.keys.deadline_sets():
+            if len(due) >= limit:
+                break
+            found = await self._reap(
+                keys=[deadlines], args=[limit - len(due), int(retry_seconds * 1000)]
+            )
+            due += [text(s) for s in found]
+        return due
 
     async def watch(self, session_id: str, delay_seconds: float = 0.0) -> None:
         """Put the session under the reaper's eye: due after ``delay_seconds`` unless a
         lease holder pushes its deadline on first."""
         await self._watch(
-            keys=[self.keys.lease_deadlines], args=[int(delay_seconds * 1000), session_id]
+            keys=[self.keys.lease_deadlines(session_id)],
+            args=[int(delay_seconds * 1000), session_id],
         )
 
     async def expired(self, now_ms: int | None = None, limit: int = 100) -> list[str]:
         """Sessions whose deadline has passed (server time unless ``now_ms``), unchanged."""
-        found = await self._expired(
-            keys=[self.keys.lease_deadlines],
-            args=[limit, "" if now_ms is None else int(now_ms)],
-        )
-        return [text(session_id) for session_id in found]
+        found: list[str] = []
+        for deadlines in self.keys.deadline_sets():
+            if len(found) >= limit:
+                break
+            lapsed = await self._expired(
+                keys=[deadlines], args=[limit - len(found), "" if now_ms is None else int(now_ms)]
+            )
+            found += [text(session_id) for session_id in lapsed]
+        return found
 
     async def forget(self, session_id: str) -> bool:
         """Drop the session's deadline if its lease is free; True if one was dropped."""
         return bool(
             await self._forget(
-                keys=[self.keys.lease(session_id), self.keys.lease_deadlines],
+                keys=[self.keys.lease(session_id), self.keys.lease_deadlines(session_id)],
                 args=[session_id],
             )
         )

@@ -73,7 +73,7 @@ class Dispatcher:
         """``app``: the worker's own app; without one, a sending-only app is made
         on first use and closed by ``close``."""
         self.settings = settings
-        self.keys = Keys(settings.namespace)
+        self.keys = Keys.for_settings(settings)
         self._app = app
         self._owns_app = app is None
 

@@ -87,7 +87,7 @@ async def failed(
             error=str(failure),
         )
         await store.commit_turn(emitter.session_id, [], record, fence=fence)
-    return await emitter.emit(FinalEvent, text=message, status=TurnStatus.ERROR)
+    return await emitter.emit(FinalEvent, text=message, status=TurnStatus.ERROR, code=str(failure))
 
 
 async def committed(emitter: TurnEmitter, record: TurnRecord) -> FinalEvent | None:
@@ -100,4 +100,6 @@ async def committed(emitter: TurnEmitter, record: TurnRecord) -> FinalEvent | No
     events = await emitter.bus.read(emitter.session_id, after="0")
     if any(e.type == "final" and e.turn_id == emitter.turn_id for e in events):
         return None
-    return await emitter.emit(FinalEvent, text=record.final_text or "", status=record.status)
+    return await emitter.emit(
+        FinalEvent, text=record.final_text or "", status=record.status, code=record.error
+    )

@@ -52,7 +52,7 @@ class SessionLease:
             keys=[
                 self.keys.lease(session_id),
                 self.keys.fence(session_id),
-                self.keys.lease_deadlines,
+                self.keys.lease_deadlines(session_id),
             ],
             args=[self._ttl_ms, self.owner, session_id],
         )
@@ -64,7 +64,7 @@ class SessionLease:
             keys=[
                 self.keys.lease(session_id),
                 self.keys.fence(session_id),
-                self.keys.lease_deadlines,
+                self.keys.lease_deadlines(session_id),
             ],
             args=[str(token), self._ttl_ms, session_id, self.owner],
         )
@@ -75,7 +75,7 @@ class SessionLease:
         released = await self._release(
             keys=[
                 self.keys.lease(session_id),
-                self.keys.lease_deadlines,
+                self.keys.lease_deadlines(session_id),
                 self.keys.approvals(session_id),
             ],
             args=[str(token), session_id],

@@ -98,7 +98,7 @@ class SessionQueue:
                 k.pending(sid),
                 k.running(sid),
                 k.turns(sid),
-                k.lease_deadlines,
+                k.lease_deadlines(sid),
                 k.cancel_prefix(sid),
             ],
             args=[
@@ -138,7 +138,7 @@ class SessionQueue:
             k.turns(session_id),
             k.approvals(session_id),
             k.cancel_prefix(session_id),
-            k.approvals_index,
+            k.approvals_index(session_id),
         ]
 
     async def advance(
@@ -157,7 +157,7 @@ class SessionQueue:
                 *self._claim_keys(session_id),
                 k.steps(session_id),
                 k.lease(session_id),
-                k.lease_deadlines,
+                k.lease_deadlines(session_id),
             ],
             args=[session_id, turn_id, str(status), self.meta_ttl, str(token)],
         )
@@ -199,8 +199,8 @@ class SessionQueue:
                 k.turns(session_id),
                 k.cancel_flag(session_id, turn_id),
                 k.approvals(session_id),
-                k.approvals_index,
-                k.lease_deadlines,
+                k.approvals_index(session_id),
+                k.lease_deadlines(session_id),
                 k.steps(session_id),
             ],
             args=[turn_id, self.cancel_ttl, session_id, self.grace_ms],

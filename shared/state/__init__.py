@@ -50,9 +50,10 @@ _ALIASES = {
 async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -> StateStore:
     """A ready state store for ``url``: ``memory://``, ``sqlite+aiosqlite://…`` or
     ``postgresql+asyncpg://…`` (plain ``sqlite://`` and ``postgresql://`` mean those
-    drivers) or ``redis://…``. ``namespace`` (``REACTQ_NAMESPACE``) prefixes the Redis
-    backend's keys (a ``?namespace=`` in the URL wins); the other backends ignore it.
-    Other keyword arguments go to the backend's constructor."""
+    drivers) or ``redis://…`` (``redis+cluster://…`` for a Redis Cluster). ``namespace``
+    (``REACTQ_NAMESPACE``) prefixes the Redis backend's keys (a ``?namespace=`` in the
+    URL wins); the other backends ignore it. Other keyword arguments go to the
+    backend's constructor."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ConfigError(
@@ -63,7 +64,7 @@ async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -
         return MemoryStateStore(**kwargs)
     if scheme in ("sqlite+aiosqlite", "postgresql+asyncpg"):
         return await SqlStateStore.open(f"{scheme}://{rest}", **kwargs)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         if namespace is not None:
             kwargs.setdefault("namespace", namespace)
         return await RedisStateStore.open(f"{scheme}://{rest}", **kwargs)

@@ -40,7 +40,8 @@ from reactq.shared.errors import (
     SessionNotFoundError,
 )
 from reactq.shared.messages import ChatMessage, ToolCall
-from reactq.shared.redis_client import lua_source
+from reactq.shared.redis_client import connect, lua_source
+from reactq.shared.redis_urls import is_cluster_url
 from reactq.shared.state.base import (
     BranchInfo,
     SessionInfo,
@@ -94,7 +95,9 @@ class RedisStateStore:
             if "namespace" in query:
                 self.namespace = query.pop("namespace")[0]
             rest = "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
-            redis = Redis.from_url(urlunsplit(parts._replace(query=rest)))
+            plain = urlunsplit(parts._replace(query=rest))
+            # A cluster client caps its connections per node: set it above any pool's need.
+            redis = connect(plain, 1000) if is_cluster_url(plain) else Redis.from_url(plain)
         self.redis = redis
         self._ensure = redis.register_script(_ENSURE)
         self._write_script = redis.register_script(_WRITE)

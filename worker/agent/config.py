@@ -72,6 +72,10 @@ class LoopConfig:
     """Model calls per turn before it ends with ``fallback_message``."""
     tool_timeout: float | None = 60.0
     """Seconds a tool may run unless the tool sets its own timeout; None for no limit."""
+    max_parallel_tools: int = 8
+    """Read-only calls of one step that may run at once (the rest wait for a slot)."""
+    require_tool_before_final: bool = False
+    """Refuse a final answer until the turn called a tool (the model is reminded twice)."""
     fallback_message: str = DEFAULT_FALLBACK_MESSAGE
     """The answer when the iteration cap is hit."""
     error_fallback_message: str = DEFAULT_ERROR_FALLBACK_MESSAGE
@@ -125,12 +129,15 @@ class LoopConfig:
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"max_iterations must be an int >= 1, got {iterations!r}")
         _positive_or_none("tool_timeout", self.tool_timeout, "seconds")
+        parallel = self.max_parallel_tools
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise ValueError(f"max_parallel_tools must be an int >= 1, got {parallel!r}")
         # The mode's knobs are checked together: each one's meaning depends on the mode.
         object.__setattr__(self, "tool_mode", self.mode_settings().mode)
         self.request_options()
         # With no model yet, its price is checked when the loop is built for one.
         check_budget_config(self.max_total_tokens, self.max_cost, self.prices, model)
-        for name in ("stream", "wrap_up"):
+        for name in ("stream", "wrap_up", "require_tool_before_final"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         interval = self.delta_interval

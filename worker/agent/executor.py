@@ -2,9 +2,11 @@
 
 Each call is decoded (depth-checked first), validated, passed through the
 approval gate and the ``before_tool`` intervention, run under its timeout, and
-its result turned into the text the model reads. Consecutive read-only calls
-run concurrently; a ``writes=True`` tool runs alone, in model order. Every
-failure is a result the model reads, never an exception out of the step.
+its result turned into the text the model reads. Every call of a step is
+announced (its ``action`` event) before any of them runs. Consecutive read-only
+calls run concurrently, at most ``max_parallel_tools`` at once; a ``writes=True``
+tool runs alone, in model order. Every failure is a result the model reads
+(``[code] error``), never an exception out of the step.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +32,12 @@ from reactq.worker.agent.interventions import (
     call_hook,
     maybe_await,
 )
-from reactq.worker.agent.results import MAX_ARGUMENT_DEPTH, arguments_too_deep, format_tool_result
+from reactq.worker.agent.results import (
+    MAX_ARGUMENT_DEPTH,
+    arguments_too_deep,
+    format_tool_result,
+    tool_error_text,
+)
 from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext
 
 __all__ = ["REPEAT_NUDGE", "ToolExecutor"]
@@ -45,11 +52,12 @@ REPEAT_NUDGE = (
 
 @dataclass(slots=True)
 class _Call:
-    """A call that passed decoding and lookup, on its way to run."""
+    """A call of a step: announced, decoded and looked up, then run unless it failed."""
 
     call: ToolCall
-    tool: Tool
+    tool: Tool | None
     args: dict[str, Any]
+    context: ToolContext
     output: str | None = None
     failure: tuple[str, str] | None = None  # (code, error), reported after the batch
 
@@ -166,27 +174,41 @@ class ToolExecutor:
         iteration: int,
         seen: dict[tuple[str, str], int],
         truncated: bool = False,
+        refused: Mapping[str, str] | None = None,
+        contexts: Mapping[str, ToolContext] | None = None,
     ) -> list[str]:
         """Run ``calls``; return the text the model reads for each, in order.
 
+        Every call's ``action`` is published before any of them runs; results follow
+        in model order. ``refused`` (call id -> reason) answers those calls unrun, as
+        denied; ``contexts`` (call id -> context) replaces ``context`` for some calls.
         ``seen`` counts identical calls across the run (for the repeat nudge);
         ``truncated`` says the generation hit the token cap, so broken arguments
         were cut off rather than malformed.
         """
+        refused = refused or {}
+        contexts = contexts or {}
+        prepared = [
+            await self._prepare(
+                call, emitter, truncated, contexts.get(call.id, context), refused.get(call.id)
+            )
+            for call in calls
+        ]
         outputs: list[str] = []
-        batch: list[_Call | str] = []
-        for call in calls:
-            prepared = await self._prepare(call, emitter, truncated)
-            if isinstance(prepared, _Call) and prepared.tool.writes:
-                outputs += await self._run_batch(batch, emitter, context, iteration)
+        batch: list[_Call] = []
+        for item in prepared:
+            if item.failure is None and item.tool is not None and item.tool.writes:
+                outputs += await self._run_batch(batch, emitter, iteration)
                 batch = []
-                outputs += await self._run_batch([prepared], emitter, context, iteration)
+                outputs += await self._run_batch([item], emitter, iteration)
             else:
-                batch.append(prepared)
-        outputs += await self._run_batch(batch, emitter, context, iteration)
+                batch.append(item)
+        outputs += await self._run_batch(batch, emitter, iteration)
         limit = self.config.repeat_call_limit
         if limit is not None:
             for index, call in enumerate(calls):
+                if call.id in refused:
+                    continue
                 # The raw text is the key: "identical" means the model wrote the same call.
                 key = (call.name, call.arguments.strip())
                 seen[key] = count = seen.get(key, 0) + 1
@@ -195,19 +217,22 @@ class ToolExecutor:
         return outputs
 
     async def _run_batch(
-        self, batch: list[_Call | str], emitter: TurnEmitter, context: ToolContext, iteration: int
+        self, batch: list[_Call], emitter: TurnEmitter, iteration: int
     ) -> list[str]:
-        runnable = [p for p in batch if isinstance(p, _Call)]
+        runnable = [p for p in batch if p.failure is None]
         if len(runnable) == 1:
-            await self._execute(runnable[0], context, iteration)
+            await self._execute(runnable[0], iteration)
         elif runnable:
-            await asyncio.gather(*(self._execute(p, context, iteration) for p in runnable))
+            limit = self.config.max_parallel_tools
+            if len(runnable) > limit:
+                slots = asyncio.Semaphore(limit)
+                await asyncio.gather(*(self._execute(p, iteration, slots) for p in runnable))
+            else:
+                await asyncio.gather(*(self._execute(p, iteration) for p in runnable))
         # Results are reported in model order, whatever order concurrent calls finished in.
         outputs: list[str] = []
         for p in batch:
-            if isinstance(p, str):
-                outputs.append(p)
-            elif p.failure is not None:
+            if p.failure is not None:
                 outputs.append(await self._failed(emitter, p.call, *p.failure))
             else:
                 output = p.output or ""
@@ -217,51 +242,66 @@ class ToolExecutor:
                 outputs.append(output)
         return outputs
 
-    async def _prepare(self, call: ToolCall, emitter: TurnEmitter, truncated: bool) -> _Call | str:
-        """Decode and look up a call; a failure comes back as the text the model reads."""
+    async def _prepare(
+        self,
+        call: ToolCall,
+        emitter: TurnEmitter,
+        truncated: bool,
+        context: ToolContext,
+        refusal: str | None,
+    ) -> _Call:
+        """Announce a call, decode it and look it up; a failure is kept on the result,
+        reported with the step's results (in model order)."""
         raw = call.arguments
+        item = _Call(call, None, {}, context)
         if arguments_too_deep(raw):
             await emitter.emit(ActionEvent, tool=call.name, args=None, call_id=call.id)
-            return await self._failed(
-                emitter,
-                call,
-                "invalid_arguments",
-                f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; flatten them",
-            )
-        args: Any
-        try:
-            args = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            await emitter.emit(ActionEvent, tool=call.name, args=raw, call_id=call.id)
-            if truncated:
-                return await self._failed(
-                    emitter,
-                    call,
-                    "truncated_arguments",
-                    "the arguments were cut off by the output token limit; re-issue the call "
-                    "with complete (shorter) arguments",
+            if refusal is None:
+                item.failure = (
+                    "invalid_arguments",
+                    f"the arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels; flatten them",
                 )
-            return await self._failed(
-                emitter, call, "invalid_arguments", f"the arguments are not valid JSON ({exc})"
-            )
-        await emitter.emit(ActionEvent, tool=call.name, args=args, call_id=call.id)
-        if not isinstance(args, dict):
-            return await self._failed(
-                emitter, call, "invalid_arguments", "the arguments must be a JSON object"
-            )
-        found = self.registry.get(call.name)
-        if found is None:
-            available = ", ".join(self.registry.names) or "none"
-            return await self._failed(
-                emitter,
-                call,
-                "unknown_tool",
-                f"there is no tool named {call.name!r} (available: {available})",
-            )
-        return _Call(call, found, args)
+        else:
+            try:
+                args: Any = json.loads(raw) if raw.strip() else {}
+            except ValueError as exc:
+                args = raw
+                if truncated:
+                    item.failure = (
+                        "truncated_arguments",
+                        "the arguments were cut off by the output token limit; re-issue the "
+                        "call with complete (shorter) arguments",
+                    )
+                else:
+                    item.failure = (
+                        "invalid_arguments",
+                        f"the arguments are not valid JSON ({exc})",
+                    )
+            await emitter.emit(ActionEvent, tool=call.name, args=args, call_id=call.id)
+            if isinstance(args, dict):
+                item.args = args
+            elif item.failure is None:
+                item.failure = ("invalid_arguments", "the arguments must be a JSON object")
+        if refusal is not None:
+            item.failure = ("tool_denied", f"the call was denied: {refusal}")
+        elif item.failure is None:
+            item.tool = self.registry.get(call.name)
+            if item.tool is None:
+                available = ", ".join(self.registry.names) or "none"
+                item.failure = (
+                    "unknown_tool",
+                    f"there is no tool named {call.name!r} (available: {available})",
+                )
+        return item
 
-    async def _execute(self, item: _Call, context: ToolContext, iteration: int) -> None:
-        call = item.call
+    async def _execute(
+        self, item: _Call, iteration: int, slots: asyncio.Semaphore | None = None
+    ) -> None:
+        if slots is not None:
+            async with slots:
+                await self._execute(item, iteration)
+            return
+        call, context = item.call, item.context
         config = self.config
         hooks, interventions = config.hooks, config.interventions
         info: ToolCallInfo | None = None
@@ -269,9 +309,10 @@ class ToolExecutor:
             info = ToolCallInfo.of(call, item.args, context.session_id, context.turn_id, iteration)
             denial = await self._check(item, info)
             if denial is not None:
-                item.failure = ("denied", denial)
+                item.failure = ("tool_denied", denial)
                 await call_hook(hooks, "on_tool_start", info)
-                await call_hook(hooks, "on_tool_end", info, output=f"Error: {denial}", ok=False)
+                text = tool_error_text("tool_denied", denial)
+                await call_hook(hooks, "on_tool_end", info, output=text, ok=False)
                 return
             await call_hook(hooks, "on_tool_start", info)
         ok, text = await self._invoke(item, context)
@@ -283,12 +324,13 @@ class ToolExecutor:
         else:
             code, error = text.split("\0", 1)
             item.failure = (code, error)
-            text = f"Error: {error}"
+            text = tool_error_text(code, error)
         if info is not None:
             await call_hook(hooks, "on_tool_end", info, output=text, ok=ok)
 
     async def _invoke(self, item: _Call, context: ToolContext) -> tuple[bool, str]:
         """(True, result text) or (False, "code\\0error")."""
+        assert item.tool is not None  # only calls that passed _prepare run
         limit = item.tool.timeout if item.tool.timeout is not None else self.config.tool_timeout
         call = item.tool.call(item.args, context)
         timed = _UnderDeadline(call, limit) if limit is not None else None
@@ -304,8 +346,8 @@ class ToolExecutor:
             timer = timed.deadline if timed is not None else None
             if timer is not None and timer.expired():
                 error = f"the tool timed out after {limit:g} s"
-                _log_failure(item, context, "timeout", error, None)
-                return False, f"timeout\0{error}"
+                _log_failure(item, context, "tool_timeout", error, None)
+                return False, f"tool_timeout\0{error}"
             raise
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -374,17 +416,6 @@ class ToolExecutor:
             return ""
         return f"\n\n{note}" if isinstance(note, str) and note else ""
 
-    async def refuse(self, call: ToolCall, emitter: TurnEmitter, reason: str) -> str:
-        """Answer a call a person denied (or that could not wait for one), unrun: its
-        ``action``, then a ``tool_failed`` with code ``denied``; returns the text the
-        model reads."""
-        try:
-            args: Any = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError:
-            args = call.arguments
-        await emitter.emit(ActionEvent, tool=call.name, args=args, call_id=call.id)
-        return await self._failed(emitter, call, "denied", f"the call was denied: {reason}")
-
     async def _failed(self, emitter: TurnEmitter, call: ToolCall, code: str, error: str) -> str:
         await emitter.emit(ToolFailedEvent, tool=call.name, call_id=call.id, error=error, code=code)
-        return f"Error: {error}"
+        return tool_error_text(code, error)

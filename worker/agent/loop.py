@@ -67,6 +67,11 @@ class AgentLoop:
         self.config = config
         self.llm = llm
         self.registry = registry if registry is not None else Registry()
+        if config.require_tool_before_final and not len(self.registry):
+            raise ValueError(
+                "require_tool_before_final=True needs a tool to call: give the agent tools, "
+                "or drop require_tool_before_final"
+            )
         self.model: str = config.model or DEFAULT_MODEL
         # A config without a model could not check max_cost's price; the loop has one.
         check_budget_config(config.max_total_tokens, config.max_cost, config.prices, self.model)

@@ -17,6 +17,7 @@ __all__ = [
     "format_tool_result",
     "safe_text",
     "shrink_text",
+    "tool_error_text",
 ]
 
 MAX_ARGUMENT_DEPTH = 64
@@ -51,6 +52,13 @@ def format_tool_result(result: Any) -> str:
         except Exception:  # a broken __repr__ must not fail the call
             return UNPRINTABLE_RESULT
     return safe_text(text)
+
+
+def tool_error_text(code: str, error: str) -> str:
+    """A failed call's result as the model reads it: its code first, then the error
+    (``[tool_timeout] the tool timed out after 5 s``), so the model can tell a retry
+    worth making (a timeout) from one that is not (invalid arguments)."""
+    return f"[{code}] {error}"
 
 
 def _jsonable(value: Any) -> Any:

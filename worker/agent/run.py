@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from reactq.shared.errors import (
     LLMError,
     ParserError,
     ReactqError,
+    ToolRequiredError,
 )
 from reactq.shared.events import DeltaEvent, ErrorEvent, ThoughtEvent, UsageEvent
 from reactq.shared.messages import ChatMessage, ToolCall
@@ -36,12 +36,15 @@ from reactq.worker.agent.parsers import ParsedStep
 from reactq.worker.agent.results import OBSERVATION_PREFIX, fit_context
 from reactq.worker.agent.tools import ToolContext
 from reactq.worker.agent.usage import UsageMeter
+from reactq.worker.agent.visible import DeltaBuffer, VisibleText
 
 if TYPE_CHECKING:
     from reactq.worker.agent.loop import AgentLoop
 
 __all__ = [
     "CANNOT_WAIT",
+    "TOOL_REMINDERS",
+    "TOOL_REQUIRED_REMINDER",
     "TRUNCATION_MARK",
     "WRAP_UP_PROMPT",
     "AwaitingApproval",
@@ -60,6 +63,13 @@ CANNOT_WAIT = (
 
 OnStep = Callable[[int, list[ChatMessage]], Awaitable[None]]
 """``on_step(completed_steps, new_messages)``: stores a run's checkpoint."""
+
+TOOL_REMINDERS = 2
+"""Reminders a model gets under ``require_tool_before_final`` before the run ends."""
+TOOL_REQUIRED_REMINDER = (
+    "You answered without calling a tool, but you must use at least one of your tools "
+    "before you give your final answer. Call the tool that fits the request now."
+)
 
 TRUNCATION_MARK = "\n\n[The answer was cut off: it reached the output token limit.]"
 WRAP_UP_PROMPT = (
@@ -99,29 +109,6 @@ class AwaitingApproval(Exception):
         self.calls = calls
 
 
-class _Deltas:
-    """Coalesces streamed text into ``delta`` events: at most one per ``interval`` seconds."""
-
-    __slots__ = ("buffer", "emitter", "interval", "last")
-
-    def __init__(self, emitter: TurnEmitter, interval: float) -> None:
-        self.emitter = emitter
-        self.interval = interval
-        self.buffer: list[str] = []
-        self.last = time.monotonic()
-
-    async def add(self, text: str) -> None:
-        self.buffer.append(text)
-        if time.monotonic() - self.last >= self.interval:
-            await self.flush()
-
-    async def flush(self) -> None:
-        if self.buffer:
-            text, self.buffer = "".join(self.buffer), []
-            await self.emitter.emit(DeltaEvent, text=text)
-        self.last = time.monotonic()
-
-
 class Run:
     """The state of one ``AgentLoop.run`` call."""
 
@@ -150,6 +137,8 @@ class Run:
         self.seen: dict[tuple[str, str], int] = {}
         self.iteration = 0
         self.step_size = 1
+        self.visible: VisibleText | None = None  # the last streamed text-mode call's
+        self.reminded = 0  # reminders sent for require_tool_before_final
 
     async def execute(
         self, messages: list[ChatMessage], resume: list[ChatMessage] | None = None
@@ -187,7 +176,7 @@ class Run:
             return self._end(TurnStatus.CANCELLED, config.cancelled_message)
         except _OverBudget as over:
             return await self._over_budget(over.which)
-        except (LLMError, ParserError, EmptyResponseError) as exc:
+        except (LLMError, ParserError, EmptyResponseError, ToolRequiredError) as exc:
             return await self.fail(exc)
 
     # -- steps ----------------------------------------------------------------------
@@ -200,6 +189,8 @@ class Run:
             if not response.tool_calls and not (response.content or "").strip():
                 raise EmptyResponseError("the model answered nothing, twice")
         if not response.tool_calls:
+            if self._tool_still_required():
+                return await self._native_step(await self._remind(response))
             return self._complete(response.content or "", response.truncated)
         calls = response.tool_calls
         self._add(
@@ -230,7 +221,6 @@ class Run:
         waiting: list[ToolCall] = []
         denied: dict[str, str] = {}
         approved: list[ToolCall] = []
-        runnable: list[ToolCall] = []
         for call in calls:
             decision = self.decisions.get(call.id) if self.decisions is not None else None
             if decision is not None:
@@ -243,30 +233,23 @@ class Run:
                     denied[call.id] = CANNOT_WAIT
                 else:
                     waiting.append(call)
-            else:
-                runnable.append(call)
-        outputs: dict[str, str] = {}
-        for group, group_context in ((approved, self.context), (runnable, context)):
-            if not group:
-                continue
-            ran = await executor.run_step(
-                group,
-                self.emitter,
-                group_context,
-                iteration=self.iteration,
-                seen=self.seen,
-                truncated=truncated,
-            )
-            outputs.update({c.id: o for c, o in zip(group, ran, strict=True)})
-        for call in calls:
-            if call.id in denied:
-                outputs[call.id] = await executor.refuse(call, self.emitter, denied[call.id])
-            if call.id not in outputs:
-                continue
+        # Approved calls never started (they waited for a person): not ``resumed``.
+        handled = [c for c in calls if c not in waiting]
+        ran = await executor.run_step(
+            handled,
+            self.emitter,
+            context,
+            iteration=self.iteration,
+            seen=self.seen,
+            truncated=truncated,
+            refused=denied,
+            contexts={c.id: self.context for c in approved},
+        )
+        for call, output in zip(handled, ran, strict=True):
             self._add(
                 ChatMessage(
                     role="tool",
-                    content=outputs[call.id],
+                    content=output,
                     tool_call_id=call.id,
                     name=call.name,
                     turn_id=self.turn_id,
@@ -314,6 +297,9 @@ class Run:
             if isinstance(step, ParserError):
                 raise step
         if step.final is not None:
+            if self._tool_still_required():
+                return await self._text_step(await self._remind(response))
+            await self._show_rest(step.final)
             return self._complete(step.final, response.truncated)
         raw = response.content or ""
         self._add(ChatMessage(role="assistant", content=raw, turn_id=self.turn_id))
@@ -325,12 +311,9 @@ class Run:
             name=name,
             arguments=json.dumps(step.args, ensure_ascii=False),
         )
-        if self._needs_person(call, self.context):
-            # Parking needs call ids the model keeps: text modes cannot wait for a person.
-            self._check_stop()
-            output = await self.loop.executor.refuse(call, self.emitter, CANNOT_WAIT)
-        else:
-            (output,) = await self._tools([call], response.truncated)
+        # Parking needs call ids the model keeps: text modes cannot wait for a person.
+        refused = {call.id: CANNOT_WAIT} if self._needs_person(call, self.context) else None
+        (output,) = await self._tools([call], response.truncated, refused)
         text = f"{OBSERVATION_PREFIX} ({name}): {output}"
         self._add(ChatMessage(role="user", content=text, turn_id=self.turn_id))
         self.step_size = 2
@@ -345,7 +328,9 @@ class Run:
         except ParserError as exc:
             return exc
 
-    async def _tools(self, calls: list[ToolCall], truncated: bool) -> list[str]:
+    async def _tools(
+        self, calls: list[ToolCall], truncated: bool, refused: dict[str, str] | None
+    ) -> list[str]:
         self._check_stop()
         return await self.loop.executor.run_step(
             calls,
@@ -354,7 +339,31 @@ class Run:
             iteration=self.iteration,
             seen=self.seen,
             truncated=truncated,
+            refused=refused,
         )
+
+    async def _show_rest(self, answer: str) -> None:
+        """Stream the part of a text-mode answer its deltas have not shown (the parser
+        may have taken it from a form the filter could not follow)."""
+        rest = self.visible.rest(answer) if self.visible is not None else ""
+        if rest:
+            await self.emitter.emit(DeltaEvent, text=rest)
+
+    def _tool_still_required(self) -> bool:
+        """True when the agent must call a tool first and this turn has called none."""
+        return self.loop.config.require_tool_before_final and self.completed == 0
+
+    async def _remind(self, answer: LLMResponse) -> LLMResponse:
+        """Refuse a final answer given before any tool call: ask again, at most
+        ``TOOL_REMINDERS`` times, then end the run with ToolRequiredError."""
+        if self.reminded >= TOOL_REMINDERS:
+            raise ToolRequiredError(
+                f"the agent must call a tool before answering, and the model answered "
+                f"without one {self.reminded + 1} times",
+                reminders=self.reminded,
+            )
+        self.reminded += 1
+        return await self._retry(answer, TOOL_REQUIRED_REMINDER)
 
     async def _retry(self, failed: LLMResponse, reminder: str) -> LLMResponse:
         """Ask once more with a reminder; neither the failed answer nor it is kept."""
@@ -377,6 +386,7 @@ class Run:
             step = self._parse(response)
             if isinstance(step, ParsedStep) and step.final is not None:
                 text = step.final
+            await self._show_rest(text)
         if not text.strip():
             return self._end(TurnStatus.MAX_ITERATIONS, fallback)
         if response.truncated:
@@ -397,7 +407,12 @@ class Run:
         hooks = config.hooks
         if hooks is not None:
             await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
-        deltas = _Deltas(self.emitter, config.delta_interval) if config.stream else None
+        deltas: DeltaBuffer | None = None
+        self.visible = None
+        # An answer that may yet be refused (no tool called yet) is not shown at all.
+        if config.stream and not self._tool_still_required():
+            self.visible = None if loop.mode.native else VisibleText(loop.mode.mode.value)
+            deltas = DeltaBuffer(self.emitter, config.delta_interval, self.visible)
         call = loop.llm.complete(
             wire,
             model=loop.model,

@@ -97,6 +97,7 @@ class AgentRunner:
         caller to park the turn. Without it such calls are denied.
         """
         cost: float | None = None
+        code: str | None = None
         emitter.final_follows = True  # every path below ends with a final
         signal = CancelSignal(cancel) if cancel is not None else None
         try:
@@ -205,6 +206,7 @@ class AgentRunner:
                 session_id, [user, *produced], record, fence=fence, branch_id=branch
             )
             text, status, usage, cost = result.text, result.status, result.usage, result.cost
+            code = result.error.code if result.error is not None else None
         except (StaleLeaseError, TurnCommittedError, AwaitingApproval, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -215,9 +217,12 @@ class AgentRunner:
             )
             await self._emit_error(emitter, error)
             text, status, usage = self.loop.config.error_fallback_message, TurnStatus.ERROR, {}
+            code = error.code
         # Outside the try: if the bus cannot take the final, retrying here could
         # publish it twice; the caller sees the exception instead.
-        return await emitter.emit(FinalEvent, text=text, status=status, usage=usage, cost=cost)
+        return await emitter.emit(
+            FinalEvent, text=text, status=status, usage=usage, cost=cost, code=code
+        )
 
     async def _commit_interrupted(
         self,

@@ -19,6 +19,8 @@ __all__ = ["demo_model"]
 
 PREFIX = "[offline demo model] "
 _CITY_RE = re.compile(r"\bin\s+([A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*)")
+# A failed call's result reads "[code] error" (reactq.worker.agent.results.tool_error_text).
+_TOOL_ERROR_RE = re.compile(r"^\[[a-z_]+\] ")
 
 
 def _text(content: Any) -> str:
@@ -62,8 +64,9 @@ def demo_model(request: Mapping[str, Any]) -> Reply:
     last = messages[-1]
     if last.get("role") == "tool":
         content = _text(last.get("content"))
-        if content.startswith("Error:"):
-            return Reply.text(PREFIX + "Sorry, the tool failed: " + content[6:].strip())
+        failed = _TOOL_ERROR_RE.match(content)
+        if failed:
+            return Reply.text(PREFIX + "Sorry, the tool failed: " + content[failed.end() :].strip())
         return Reply.text(PREFIX + _describe(content))
     user_text = next(
         (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""

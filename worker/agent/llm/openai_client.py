@@ -10,6 +10,7 @@ onto ``shared.errors``::
     a stream that stops mid-way             -> LLMStreamCutError
     429                                     -> LLMRateLimitError
     5xx                                     -> LLMServerError
+    401 / 403                               -> LLMAuthError
     other 4xx                               -> LLMBadRequestError
       ... mentioning context length         -> ContextLengthExceededError
     a body that is not JSON                 -> LLMUndecodableError
@@ -30,6 +31,7 @@ from openai import AsyncOpenAI
 
 from reactq.shared.errors import (
     ContextLengthExceededError,
+    LLMAuthError,
     LLMBadRequestError,
     LLMConnectionError,
     LLMError,
@@ -244,6 +246,8 @@ class OpenAICompatibleClient:
                 return LLMRateLimitError(message, **details)
             if status >= 500:
                 return LLMServerError(message, **details)
+            if status in (401, 403):
+                return LLMAuthError(message, **details)
             if mentions_context_length(exc.code, message):
                 return ContextLengthExceededError(message, **details)
             if 400 <= status < 500:

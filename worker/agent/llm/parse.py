@@ -8,6 +8,7 @@ Every malformed answer gets its own classified error: an error envelope in a
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from reactq.shared.errors import (
@@ -19,7 +20,12 @@ from reactq.shared.errors import (
 from reactq.shared.messages import ToolCall
 from reactq.worker.agent.llm.base import DeltaSink, LLMResponse
 
-__all__ = ["StreamAssembler", "from_completion_json", "mentions_context_length"]
+__all__ = [
+    "StreamAssembler",
+    "from_completion_json",
+    "mentions_context_length",
+    "synthetic_call_id",
+]
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -29,6 +35,12 @@ def mentions_context_length(code: str | None, message: str) -> bool:
     """True when a provider's error code or text says the context window overflowed."""
     text = f"{code or ''} {message}".lower()
     return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def synthetic_call_id() -> str:
+    """A call id for an endpoint that sent none: random, so that ids never collide
+    across the steps of a turn (a tool result answers its call by id)."""
+    return f"call_{secrets.token_hex(12)}"
 
 
 def _usage(raw: Any) -> dict[str, int]:
@@ -75,7 +87,7 @@ def from_completion_json(data: Any) -> LLMResponse:
     choice = choices[0]
     message = choice["message"]
     calls: list[ToolCall] = []
-    for index, raw in enumerate(message.get("tool_calls") or ()):
+    for raw in message.get("tool_calls") or ():
         function = raw.get("function")
         if function is not None:
             name, arguments = function.get("name"), function.get("arguments")
@@ -84,7 +96,7 @@ def from_completion_json(data: Any) -> LLMResponse:
             name, arguments = custom.get("name", ""), custom.get("input", "")
         calls.append(
             ToolCall(
-                id=raw.get("id") or f"call_{index}", name=name or "", arguments=arguments or ""
+                id=raw.get("id") or synthetic_call_id(), name=name or "", arguments=arguments or ""
             )
         )
     usage = data.get("usage") or {}
@@ -166,11 +178,11 @@ class StreamAssembler:
             raise LLMNoChoicesError("the endpoint streamed no choices")
         calls = [
             ToolCall(
-                id=entry["id"] or f"call_{index}",
+                id=entry["id"] or synthetic_call_id(),
                 name=entry["name"],
                 arguments="".join(entry["arguments"]),
             )
-            for index, entry in sorted(self.calls.items())
+            for _, entry in sorted(self.calls.items())
         ]
         return LLMResponse(
             content="".join(self.content) if self.content else None,

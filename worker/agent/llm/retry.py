@@ -14,11 +14,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from reactq.shared.errors import LLMConnectionError, LLMError, LLMRateLimitError, LLMServerError
+from reactq.shared.errors import LLMError
 
 __all__ = ["RetryPolicy", "parse_retry_after"]
-
-_RETRYABLE = (LLMRateLimitError, LLMServerError, LLMConnectionError)
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
@@ -70,8 +68,9 @@ class RetryPolicy:
             raise ValueError(f"jitter must be in [0, 1], got {self.jitter!r}")
 
     def retryable(self, error: LLMError) -> bool:
-        """True for the failures worth asking again (429, 5xx, connection)."""
-        return isinstance(error, _RETRYABLE)
+        """True for the failures worth asking again (429, 5xx, connection): the error
+        registry's word (``reactq.shared.error_codes``)."""
+        return error.retryable
 
     def delay(self, retry: int, retry_after: float | None) -> float:
         """The wait before retry number ``retry`` (1-based)."""
