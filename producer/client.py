@@ -13,6 +13,8 @@ from typing import Any
 from pydantic_core import to_json
 from redis.asyncio import Redis
 
+from reactq.producer import sessions
+from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
 from reactq.shared.bus import RedisEventBus
@@ -38,7 +40,7 @@ from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.redis_client import connect
 from reactq.shared.settings import Settings
-from reactq.shared.state import BranchInfo, StateStore, open_store
+from reactq.shared.state import BranchInfo, SessionPage, StateStore, open_store
 from reactq.shared.turns import (
     MultitaskStrategy,
     TurnRequest,
@@ -52,6 +54,8 @@ __all__ = [
     "DecideOutcome",
     "PendingApproval",
     "Producer",
+    "SessionDeleted",
+    "SessionDetail",
     "TurnHandle",
     "TurnInfo",
 ]
@@ -419,6 +423,61 @@ class Producer:
         """Make ``branch_id`` the session's active branch (for the turns that start next)."""
         validate_session_id(session_id)
         await (await self.store()).switch_branch(session_id, branch_id)
+
+    async def truncate(
+        self, session_id: str, after_sequence: int, *, branch: str | None = None
+    ) -> None:
+        """Hard-delete the messages after ``after_sequence`` of ``branch`` (the active one
+        by default). Inherited messages stay, and a branch forked inside the cut keeps its
+        history; a no-op on an unknown session or branch (see ``StateStore.truncate_after``)."""
+        validate_session_id(session_id)
+        await (await self.store()).truncate_after(session_id, after_sequence, branch)
+
+    async def list_sessions(
+        self,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        updated_since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Stored sessions, newest first, a page at a time: those of ``agent``, whose
+        metadata holds every key of ``metadata`` with that value, written since
+        ``updated_since`` (Unix time). Pass a page's ``next_cursor`` as ``cursor``."""
+        return await (await self.store()).list_sessions(
+            agent=agent,
+            metadata=metadata,
+            updated_since=updated_since,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def get_session(self, session_id: str) -> SessionDetail | None:
+        """A session's agent, active branch, message count, turns, last turn, token
+        usage and metadata; None when the state store does not have it."""
+        return await sessions.session_detail(self, session_id)
+
+    async def update_session_metadata(
+        self, session_id: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``patch`` into the session's metadata (a key set to None is removed);
+        returns the result. SessionNotFoundError for a session the store lacks."""
+        validate_session_id(session_id)
+        return await (await self.store()).update_metadata(session_id, patch)
+
+    async def session_turns(self, session_id: str) -> list[TurnInfo]:
+        """The session's turns, oldest first: status, attempt, final, usage and times."""
+        return await sessions.session_turns(self, session_id)
+
+    async def delete_session(
+        self, session_id: str, *, force: bool = False, timeout: float | None = None
+    ) -> SessionDeleted:
+        """Delete a session: its state, Redis keys, queued turns (each cancelled first)
+        and workspace. SessionBusyError while a turn runs, unless ``force``, which
+        cancels it and waits for it to stop; SessionNotFoundError when nothing of it
+        exists. The audit log keeps its events."""
+        return await sessions.delete_session(self, session_id, force=force, timeout=timeout)
 
     async def audit_log(self) -> AuditSink | None:
         """The audit log beside the state store (None when the store is not SQL)."""

@@ -14,6 +14,9 @@ any of them can stream any session.
     GET  /v1/turns/{turn_id}                 status, attempt, final, pending approvals
     POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it  202 404 409
     POST /v1/turns/{turn_id}/decisions       approve or deny waiting tool calls  200 404 409
+    GET|PATCH|DELETE /v1/sessions[/{session_id}[/turns|/branches|/active_branch|/truncate]]
+                                             sessions, their turns and branches
+                                             (``gateway_sessions.py``)
     GET  /healthz  /readyz  /openapi.json  /  (the watch page)
 
 Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set.
@@ -60,6 +63,7 @@ from reactq.producer.gateway_models import (
     TurnCreate,
 )
 from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
+from reactq.producer.gateway_sessions import router as sessions_router
 from reactq.producer.gateway_sse import event_stream
 from reactq.producer.gateway_turns import readiness
 from reactq.producer.metrics import install_metrics
@@ -426,6 +430,12 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     )
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(
+        sessions_router,
+        prefix="/v1",
+        dependencies=[Depends(_require_key)],
+        responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},
+    )
     install_metrics(app, [Depends(_require_key)])
 
     @app.get("/healthz", response_model=Health, tags=["health"])
@@ -460,7 +470,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             expose_headers=["Content-Type"],
         )

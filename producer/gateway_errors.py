@@ -43,7 +43,8 @@ _DESCRIPTIONS = {
     405: "Method not allowed on that path",
     409: "Refused by the session's or the turn's state (a strategy rejected the turn, another "
     "agent owns the session, a call was decided already, the turn waits for no decision, "
-    "the turn has finished: ``turn_finished``)",
+    "the turn has finished: ``turn_finished``, a session to delete has a turn running: "
+    "``session_busy``)",
     413: "The request body or the message is over its size limit",
     422: "Invalid input: ``field`` and ``errors`` say which and why (``invalid_json``: "
     "the body is not JSON)",

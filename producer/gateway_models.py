@@ -155,3 +155,89 @@ class Readiness(BaseModel):
     """``ready`` when every check passed."""
     checks: dict[str, str]
     """Service -> ``ok`` or what went wrong."""
+
+
+BRANCH_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+
+
+class SessionSummary(BaseModel):
+    """A session as a listing shows it."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    session_id: str
+    """The session."""
+    agent: str
+    """The agent its turns run on."""
+    active_branch: str
+    """The branch new turns run on."""
+    created_at: float
+    """Unix time the store created it."""
+    updated_at: float
+    """Unix time of its last write."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """What the application attached to it."""
+
+
+class SessionList(BaseModel):
+    """One page of sessions, newest first."""
+
+    sessions: list[SessionSummary]
+    """This page."""
+    next_cursor: str | None = None
+    """Pass it as ``cursor`` for the next page; null on the last one."""
+
+
+class MetadataPatch(BaseModel):
+    """A change to a session's metadata."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    metadata: dict[str, Any]
+    """Keys to set; a key set to null is removed; keys not named stay as they are."""
+
+
+class ForkRequest(BaseModel):
+    """A branch to start."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    from_sequence: int = Field(ge=0)
+    """Keep messages 1..from_sequence of the source branch (0: an empty branch)."""
+    branch: str | None = Field(None, pattern=BRANCH_PATTERN)
+    """The branch to fork (default: the active one)."""
+    name: str | None = Field(None, pattern=BRANCH_PATTERN)
+    """The new branch's id (default: generated)."""
+    activate: bool = True
+    """Make it the active branch, so the next turn runs on it."""
+
+
+class SwitchRequest(BaseModel):
+    """The branch to make active."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    branch: str = Field(pattern=BRANCH_PATTERN)
+    """A branch of the session."""
+
+
+class TruncateRequest(BaseModel):
+    """Where to cut a branch."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    after: int = Field(ge=0)
+    """Delete the branch's own messages after this sequence."""
+    branch: str | None = Field(None, pattern=BRANCH_PATTERN)
+    """The branch (default: the active one)."""
+
+
+class Truncated(BaseModel):
+    """A branch after a cut."""
+
+    session_id: str
+    """The session."""
+    branch_id: str
+    """The branch cut."""
+    length: int
+    """Messages in its history now."""

@@ -25,12 +25,15 @@ from reactq.producer.client import (
     DecideOutcome,
     PendingApproval,
     Producer,
+    SessionDeleted,
+    SessionDetail,
     TurnHandle,
     TurnInfo,
 )
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
+from reactq.shared.state import BranchInfo, SessionPage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 T = TypeVar("T")
@@ -192,9 +195,78 @@ class SyncProducer:
         """The tool calls waiting for a decision (see ``Producer.pending_approvals``)."""
         return self._loop.run(self.producer.pending_approvals(session_id))
 
-    def history(self, session_id: str) -> list[ChatMessage]:
-        """Every message of the session's conversation, oldest first."""
-        return self._loop.run(self.producer.history(session_id))
+    def history(self, session_id: str, branch: str | None = None) -> list[ChatMessage]:
+        """Every message of the session's conversation (its active branch, or
+        ``branch``), oldest first."""
+        return self._loop.run(self.producer.history(session_id, branch))
+
+    def fork(
+        self,
+        session_id: str,
+        from_sequence: int,
+        *,
+        branch: str | None = None,
+        new_branch: str | None = None,
+        activate: bool = True,
+    ) -> str:
+        """Start a branch keeping messages 1..``from_sequence`` (see ``Producer.fork``)."""
+        return self._loop.run(
+            self.producer.fork(
+                session_id, from_sequence, branch=branch, new_branch=new_branch, activate=activate
+            )
+        )
+
+    def branches(self, session_id: str) -> list[BranchInfo]:
+        """The session's branches, oldest first (see ``Producer.branches``)."""
+        return self._loop.run(self.producer.branches(session_id))
+
+    def switch_branch(self, session_id: str, branch_id: str) -> None:
+        """Make ``branch_id`` the session's active branch."""
+        self._loop.run(self.producer.switch_branch(session_id, branch_id))
+
+    def truncate(self, session_id: str, after_sequence: int, *, branch: str | None = None) -> None:
+        """Delete a branch's messages after ``after_sequence`` (see ``Producer.truncate``)."""
+        self._loop.run(self.producer.truncate(session_id, after_sequence, branch=branch))
+
+    def list_sessions(
+        self,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        updated_since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Stored sessions, newest first, a page at a time (see ``Producer.list_sessions``)."""
+        return self._loop.run(
+            self.producer.list_sessions(
+                agent=agent,
+                metadata=metadata,
+                updated_since=updated_since,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
+
+    def get_session(self, session_id: str) -> SessionDetail | None:
+        """A session's summary, or None (see ``Producer.get_session``)."""
+        return self._loop.run(self.producer.get_session(session_id))
+
+    def update_session_metadata(self, session_id: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``patch`` into the session's metadata; returns the result."""
+        return self._loop.run(self.producer.update_session_metadata(session_id, patch))
+
+    def session_turns(self, session_id: str) -> list[TurnInfo]:
+        """The session's turns, oldest first (see ``Producer.session_turns``)."""
+        return self._loop.run(self.producer.session_turns(session_id))
+
+    def delete_session(
+        self, session_id: str, *, force: bool = False, timeout: float | None = None
+    ) -> SessionDeleted:
+        """Delete a session (see ``Producer.delete_session``)."""
+        return self._loop.run(
+            self.producer.delete_session(session_id, force=force, timeout=timeout)
+        )
 
     def turn_status(self, turn_id: str) -> TurnStatus | None:
         """A turn's status, from Redis or else the state store (see

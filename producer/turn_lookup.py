@@ -17,12 +17,13 @@ from pydantic import BaseModel, Field
 
 from reactq.shared.events import Event, FinalEvent, parse_event
 from reactq.shared.redis_client import text
+from reactq.shared.state import TurnRecord
 from reactq.shared.turns import TurnStatus
 
 if TYPE_CHECKING:
     from reactq.producer.client import Producer
 
-__all__ = ["PendingCall", "TurnInfo", "find_turn"]
+__all__ = ["PendingCall", "TurnInfo", "find_turn", "summarize", "with_record"]
 
 SCAN_BATCH = 500
 
@@ -183,8 +184,14 @@ async def _from_store(producer: Producer, turn_id: str) -> TurnInfo | None:
         if not events:
             return None
         return summarize(turn_id, events[0].session_id, None, events, "store")
-    info = summarize(turn_id, record.session_id, record.status, events, "store")
-    # The committed record is the turn's outcome, whatever its events still show.
+    return with_record(
+        summarize(turn_id, record.session_id, record.status, events, "store"), record
+    )
+
+
+def with_record(info: TurnInfo, record: TurnRecord) -> TurnInfo:
+    """``info`` corrected by the turn's committed record: that is the turn's outcome,
+    whatever its events still show."""
     return info.model_copy(
         update={
             "status": record.status,

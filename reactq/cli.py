@@ -25,6 +25,7 @@ from typing import Any
 
 from reactq import __version__
 from reactq.demo import run_demo
+from reactq.producer.cli_sessions import SESSIONS_HANDLERS, add_sessions_commands
 from reactq.producer.cli_state import (
     STATE_HANDLERS,
     add_state_commands,
@@ -543,6 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--branch", default=None, help="this branch instead of the active one")
     h.add_argument("--json", action="store_true", help="one JSON message per line")
     add_state_commands(sub, _command)
+    add_sessions_commands(sub, _command)
 
     r = _command(
         sub,
@@ -611,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "approve": _decide,
                 "deny": _decide,
                 **STATE_HANDLERS,
+                **SESSIONS_HANDLERS,
             }[args.command]
             code = asyncio.run(handler(args))
     except ReactqError as exc:

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import select
@@ -28,6 +28,7 @@ from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.state import open_store
 from reactq.shared.state.base import StateStore
 from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql_bulk import insert_many
 from reactq.shared.state.sql_schema import audit_events
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
@@ -59,6 +60,13 @@ class AuditSink(Protocol):
 
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every recorded event of a turn, all attempts, in stream order, each once."""
+        ...
+
+    async def session_events(
+        self, session_id: str, types: Collection[str] | None = None
+    ) -> list[Event]:
+        """The recorded events of a session (those of ``types`` only, when given), in
+        stream order, each once."""
         ...
 
     async def close(self) -> None:
@@ -146,6 +154,16 @@ class MemoryAuditSink:
         """Every recorded event of a turn, in stream order, each once."""
         return in_stream_order(e for e in self.events if e.turn_id == turn_id)
 
+    async def session_events(
+        self, session_id: str, types: Collection[str] | None = None
+    ) -> list[Event]:
+        """The recorded events of a session (of ``types``), in stream order, each once."""
+        return in_stream_order(
+            e
+            for e in self.events
+            if e.session_id == session_id and (types is None or e.type in types)
+        )
+
     async def close(self) -> None:
         """Nothing to release."""
 
@@ -210,7 +228,7 @@ class SqlAuditSink:
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
         def op(conn: Connection) -> None:
-            conn.execute(audit_events.insert(), rows)
+            insert_many(conn, audit_events, rows)
 
         # The store's transaction helpers: the whole transaction in one hop to the
         # writer thread on SQLite (busy retries included), run_sync on PostgreSQL.
@@ -227,6 +245,20 @@ class SqlAuditSink:
 
         def op(conn: Connection) -> list[str]:
             return list(conn.execute(query).scalars().all())
+
+        return in_stream_order(parse_event(payload) for payload in await self.store._read(op))
+
+    async def session_events(
+        self, session_id: str, types: Collection[str] | None = None
+    ) -> list[Event]:
+        """The recorded events of a session (of ``types``), in stream order, each once."""
+        await self.flush()
+        query = select(audit_events.c.payload).where(audit_events.c.session_id == session_id)
+        if types is not None:
+            query = query.where(audit_events.c.type.in_(list(types)))
+
+        def op(conn: Connection) -> list[str]:
+            return list(conn.execute(query.order_by(audit_events.c.id)).scalars().all())
 
         return in_stream_order(parse_event(payload) for payload in await self.store._read(op))
 
@@ -258,6 +290,13 @@ class DeferredAuditSink:
         """The opened sink's events of the turn ([] without a sink)."""
         sink = await self.opener()
         return [] if sink is None else await sink.turn_events(turn_id)
+
+    async def session_events(
+        self, session_id: str, types: Collection[str] | None = None
+    ) -> list[Event]:
+        """The opened sink's events of the session ([] without a sink)."""
+        sink = await self.opener()
+        return [] if sink is None else await sink.session_events(session_id, types)
 
     async def close(self) -> None:
         """Nothing: whoever owns the opener closes what it opened."""

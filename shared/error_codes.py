@@ -69,6 +69,8 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("agent_mismatch", False, "The session belongs to another agent."),
         ("turn_rejected", True, "The reject strategy refused the turn: the session was busy."),
         ("session_not_found", False, "The state store has no such session."),
+        ("session_busy", True, "A turn of the session runs: deleting it needs force (cancels it)."),
+        ("invalid_cursor", False, "The cursor is not one a listing handed out."),
         ("branch_error", False, "A branch operation was refused (bad id, fork point, duplicate)."),
         ("branch_not_found", False, "The session has no branch of that id."),
         ("approval_error", False, "A decision on a waiting tool call was refused."),

@@ -26,6 +26,8 @@
     │                                                   turn must not commit)
     ├── EvictedError                 evicted           (a stopping worker gave the turn back)
     ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
+    ├── SessionBusyError             session_busy      (a delete refused: a turn runs; force it)
+    ├── InvalidCursorError           invalid_cursor    (also a ValueError: not a listing's cursor)
     ├── ApprovalError                approval_error    (a decision on a waiting tool call refused)
     │   ├── ApprovalNotFoundError    approval_not_found (no such turn, or no such waiting call)
     │   ├── ApprovalClosedError      approval_closed   (the turn waits for nothing: finished,
@@ -229,6 +231,19 @@ class SessionNotFoundError(ReactqError):
     """The state store has no such session (``ensure_session`` creates one)."""
 
     code = "session_not_found"
+
+
+class SessionBusyError(ReactqError):
+    """The session has a turn running (or waiting for a decision): deleting it is refused
+    unless forced, which cancels the turn first."""
+
+    code = "session_busy"
+
+
+class InvalidCursorError(ReactqError, ValueError):
+    """A listing's ``cursor`` that no listing handed out."""
+
+    code = "invalid_cursor"
 
 
 class BranchError(ReactqError, ValueError):

@@ -79,6 +79,30 @@ class DeltaEvent(BaseEvent):
     """The new text since the previous delta."""
 
 
+class ReasoningEvent(BaseEvent):
+    """Reasoning text the model produced before its answer (``reasoning_content`` /
+    ``reasoning``): coalesced pieces while it streams, else the whole of it."""
+
+    type: Literal["reasoning"] = "reasoning"
+    text: str
+    """The new reasoning text since the previous one."""
+
+
+class ModelFallbackEvent(BaseEvent):
+    """The model failed, and the turn goes on with the next of the agent's
+    ``fallback_models`` (for the rest of the turn)."""
+
+    type: Literal["model_fallback"] = "model_fallback"
+    from_model: str
+    """The model that failed."""
+    to_model: str
+    """The model the turn goes on with."""
+    code: str
+    """Why: the error code of the failure (``reactq errors``)."""
+    message: str = ""
+    """The failure, as the client reported it."""
+
+
 class ActionEvent(BaseEvent):
     """The model called a tool."""
 
@@ -121,6 +145,8 @@ class UsageEvent(BaseEvent):
     """Token usage of one model call."""
 
     type: Literal["usage"] = "usage"
+    model: str | None = None
+    """The model that was called (a turn may move to a fallback model)."""
     prompt_tokens: int = 0
     """Tokens sent."""
     completion_tokens: int = 0
@@ -193,6 +219,8 @@ Event = Annotated[
     | StartedEvent
     | ThoughtEvent
     | DeltaEvent
+    | ReasoningEvent
+    | ModelFallbackEvent
     | ActionEvent
     | ObservationEvent
     | ToolFailedEvent

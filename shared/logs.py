@@ -33,6 +33,7 @@ __all__ = [
     "RedactingFilter",
     "configure_logging",
     "log_context",
+    "redact_also",
     "secrets_of",
     "unmasked_urls",
     "uvicorn_log_config",
@@ -138,6 +139,10 @@ class RedactingFilter(logging.Filter):
         self.secrets = sorted(set(secrets), key=len, reverse=True)
         self.unmask = dict(unmask or {})
 
+    def add_secrets(self, secrets: Iterable[str]) -> None:
+        """Redact these values too (from now on)."""
+        self.secrets = sorted(set(self.secrets) | set(secrets), key=len, reverse=True)
+
     def redact(self, text: str) -> str:
         """``text`` with every secret and credential-shaped value replaced."""
         for masked, plain in self.unmask.items():
@@ -210,6 +215,20 @@ class _TextFormatter(logging.Formatter):
 
 
 _HANDLER_MARK = "_reactq_handler"
+
+
+def redact_also(*secrets: str) -> None:
+    """Add secrets found after logging was configured (an agent's key, read from a
+    variable of any name; a header value) to the redaction of reactq's handler."""
+    found = [s for s in secrets if len(s) >= 6]  # as secrets_of: short ones are words
+    if not found:
+        return
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, _HANDLER_MARK, False):
+            for f in handler.filters:
+                if isinstance(f, RedactingFilter):
+                    f.add_secrets(found)
+
 
 # Libraries that log at INFO what reactq's own lines say better, or what a person
 # need not read on every turn; at DEBUG they speak again.

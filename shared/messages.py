@@ -37,13 +37,23 @@ class ChatMessage(BaseModel):
     """The calls an assistant message makes."""
     tool_call_id: str | None = None
     """The call a tool result answers."""
+    reasoning: str | None = None
+    """An assistant message's reasoning text, as the provider sent it (``reasoning_content``
+    or ``reasoning``); replayed as ``reasoning_content`` with its tool calls."""
+    extra: dict[str, Any] | None = None
+    """Fields of the provider's message reactq does not know, kept as sent (never replayed)."""
     turn_id: str | None = Field(default=None, exclude=True)
     """The turn that produced it (stored, never sent to the model)."""
     sequence: int | None = Field(default=None, exclude=True)
     """Its 1-based position in its branch's history, as read from a store (never sent)."""
 
-    def to_openai(self) -> dict[str, Any]:
-        """The message in the Chat Completions wire format."""
+    def to_openai(self, *, reasoning: bool = True) -> dict[str, Any]:
+        """The message in the Chat Completions wire format.
+
+        The reasoning of an assistant message that calls tools goes back with it as
+        ``reasoning_content`` (providers that think with tools need it to go on; without
+        tool calls none asks for it), unless ``reasoning`` is False.
+        """
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.name is not None and self.role == "tool":
             out["name"] = self.name
@@ -56,6 +66,8 @@ class ChatMessage(BaseModel):
                 }
                 for c in self.tool_calls
             ]
+            if reasoning and self.reasoning:
+                out["reasoning_content"] = self.reasoning
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out

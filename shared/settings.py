@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS
@@ -96,6 +96,13 @@ class Settings(BaseModel):
     """The OpenAI-compatible endpoint."""
     openai_api_key: SecretStr | None = Field(None, json_schema_extra={"env": "OPENAI_API_KEY"})
     """Its API key (never logged)."""
+    llm_timeout_seconds: float = Field(
+        60.0, gt=0, json_schema_extra={"env": "REACTQ_LLM_TIMEOUT_SECONDS"}
+    )
+    """How long one model request may take, for agents that set no ``timeout``."""
+    llm_max_retries: int = Field(2, ge=0, json_schema_extra={"env": "REACTQ_LLM_MAX_RETRIES"})
+    """Retries of a failed model request (429, 5xx, a dropped connection), for agents that
+    set no ``max_retries``."""
     max_message_bytes: int = Field(
         64 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_MESSAGE_BYTES"}
     )
@@ -225,6 +232,17 @@ class Settings(BaseModel):
     """How long a tool call waits for a person's decision; then it counts as denied ("no
     decision in time") and the turn goes on."""
 
+    # The environment ``from_env`` read (None: the process's), for ``secret_from_env``.
+    _environ: Mapping[str, str] | None = PrivateAttr(default=None)
+
+    def secret_from_env(self, name: str) -> SecretStr | None:
+        """The value of the environment variable ``name`` as a secret (None when unset or
+        empty): an agent's ``api_key_env``. Read from the environment these settings
+        were read from."""
+        environ = os.environ if self._environ is None else self._environ
+        value = environ.get(name)
+        return SecretStr(value) if value else None
+
     @property
     def effective_broker_url(self) -> str:
         """The broker URL, defaulting to the Redis URL."""
@@ -307,6 +325,7 @@ class Settings(BaseModel):
         finally:
             _reading.reset(reading)
         settings.check_broker()
+        settings._environ = environ
         return settings
 
     def check_broker(self) -> None:

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from openai import AsyncOpenAI
+
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.events import BaseEvent
 from reactq.shared.messages import ChatMessage
@@ -55,16 +57,34 @@ def scripted(*replies: Reply) -> Callable[[dict[str, Any]], Reply]:
 
 @asynccontextmanager
 async def endpoint(
-    handler: Callable[[dict[str, Any]], Any], **options: Any
+    handler: Callable[[dict[str, Any]], Any], *, sdk: bool = False, **options: Any
 ) -> AsyncIterator[tuple[ScriptedServer, OpenAICompatibleClient]]:
-    """A ScriptedServer and a real-SDK client on it (no retries, short backoff)."""
+    """A ScriptedServer and a real-SDK client on it (no retries, short backoff).
+
+    ``sdk``: hand the client an ``AsyncOpenAI`` of our own, so non-streamed calls go
+    through the SDK's ``post`` rather than ``DirectPost`` (llm/direct.py)."""
     options = {"max_retries": 0, "timeout": 10, "retry_base_delay": 0.001, **options}
     async with ScriptedServer(handler) as server:
-        client = OpenAICompatibleClient(base_url=server.base_url, api_key="sk-test", **options)
+        own = (
+            AsyncOpenAI(
+                base_url=server.base_url,
+                api_key="sk-test",
+                max_retries=0,
+                timeout=options["timeout"],
+                default_headers=options.pop("headers", None),
+            )
+            if sdk
+            else None
+        )
+        client = OpenAICompatibleClient(
+            base_url=server.base_url, api_key="sk-test", client=own, **options
+        )
         try:
             yield server, client
         finally:
             await client.aclose()
+            if own is not None:
+                await own.close()
 
 
 def user(text: str) -> ChatMessage:

@@ -6,12 +6,21 @@ import time
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI
 
+from reactq.shared.errors import LLMConnectionError
 from reactq.shared.turns import TurnStatus
-from reactq.worker.agent import AgentLoop, LoopConfig, Registry, ScriptedLLM, tool
+from reactq.worker.agent import (
+    AgentLoop,
+    LoopConfig,
+    OpenAICompatibleClient,
+    Registry,
+    ScriptedLLM,
+    tool,
+)
 from reactq.worker.agent.llm.base import RequestOptions, uses_max_completion_tokens
 from reactq.worker.agent.llm.retry import RetryPolicy, parse_retry_after
-from reactq.worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
 
 
@@ -29,6 +38,41 @@ async def run_once(handler: Any, **client: Any) -> tuple[Any, ListBus, Any]:
         )
         result = await loop.run([user("x")], emitter_for(bus))
     return result, bus, server
+
+
+async def test_direct_calls_send_what_the_sdk_sends() -> None:
+    """DirectPost (llm/direct.py) sends the SDK's own request: its URL, key, platform
+    and custom headers, and the same body; only the per-attempt headers differ."""
+    seen = []
+    for sdk in (False, True):
+        async with endpoint(scripted(Reply.text("ok")), sdk=sdk, headers={"X-Tenant": "acme"}) as (
+            server,
+            llm,
+        ):
+            reply = await llm.complete([{"role": "user", "content": "hé"}], model="m", tools=None)
+            assert reply.content == "ok"
+            seen.append((server.request_headers[0], server.requests[0]))
+    (direct, direct_body), (sdk_headers, sdk_body) = seen
+    # Per attempt, or the server's own port (each path had a server of its own).
+    per_attempt = {"x-stainless-retry-count", "x-stainless-read-timeout", "host"}
+    assert direct_body == sdk_body
+    assert direct["authorization"] == "Bearer sk-test" and direct["x-tenant"] == "acme"
+    sdk_sent = {k: v for k, v in sdk_headers.items() if k not in per_attempt}
+    assert {k: v for k, v in direct.items() if k in sdk_sent} == sdk_sent
+
+
+async def test_a_refused_connection_fails_fast_on_both_paths() -> None:
+    async with ScriptedServer(scripted(Reply.text("ok"))) as server:
+        gone = server.base_url  # nothing listens there once the block ends
+    for own in (None, AsyncOpenAI(base_url=gone, api_key="k", max_retries=0)):
+        llm = OpenAICompatibleClient(base_url=gone, api_key="k", client=own, max_retries=0)
+        try:
+            with pytest.raises(LLMConnectionError, match="failed"):
+                await llm.complete([{"role": "user", "content": "x"}], model="m", tools=None)
+        finally:
+            await llm.aclose()
+            if own is not None:
+                await own.close()
 
 
 async def test_429_waits_for_retry_after_then_succeeds() -> None:
@@ -91,10 +135,14 @@ FAULTS = {
 }
 
 
+@pytest.mark.parametrize("sdk", [False, True], ids=["direct", "sdk"])
 @pytest.mark.parametrize("case", list(FAULTS))
-async def test_each_fault_is_classified_and_the_run_ends_with_an_error_event(case: str) -> None:
+async def test_each_fault_is_classified_and_the_run_ends_with_an_error_event(
+    case: str, sdk: bool
+) -> None:
+    # The same codes whether the call went out on DirectPost or through the SDK's post.
     reply, code = FAULTS[case]
-    result, bus, _ = await run_once(scripted(reply))
+    result, bus, _ = await run_once(scripted(reply), sdk=sdk)
     assert (result.status, result.text) == (TurnStatus.ERROR, "sorry")
     assert bus.types() == ["error"] and bus.of("error")[0].code == code
     assert result.error is not None and result.error.code == code

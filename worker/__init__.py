@@ -8,8 +8,10 @@ from reactq.worker.agent import (
     AgentLoop,
     AgentRunner,
     LLMClient,
+    LLMEndpoint,
     LLMResponse,
     LoopConfig,
+    Model,
     OpenAICompatibleClient,
     Registry,
     RunResult,
@@ -38,7 +40,9 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "RunResult",
     # models
     "LLMClient",
+    "LLMEndpoint",
     "LLMResponse",
+    "Model",
     "OpenAICompatibleClient",
     "ScriptedLLM",
 ]

@@ -32,7 +32,8 @@ from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, open_store
 from reactq.worker.agent.llm import LLMClient
-from reactq.worker.agent.llm.pool import LLMClientPool, clients_for
+from reactq.worker.agent.llm.endpoint import ClientCache
+from reactq.worker.agent.llm.pool import clients_for
 from reactq.worker.agent.mcp import MCPManager
 from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.control import listen_for_control, reap_forever
@@ -150,7 +151,7 @@ class Bridge:
         sink = self.audit = audit_sink_for(self.store) if s.audit else None
         events: EventBus = bus if sink is None else AuditedBus(bus, sink, close_sink=False)
         runners: dict[str, AgentRunner] = {}
-        shared_llms: dict[tuple[str | None, str | None], LLMClient] = {}
+        clients = ClientCache(clients_for(s.concurrency))
         # MCP tools join each registry before its loop is built (a loop fixes its tool list).
         registries = {name: agent.registry() for name, agent in self.agents.items()}
         await self.mcp.start(
@@ -158,16 +159,13 @@ class Bridge:
         )
         observer = self._observer()
         for name, agent in self.agents.items():
-            key = (agent.base_url, agent.api_key)
-            if key not in shared_llms:
-                shards = clients_for(s.concurrency)
-                shared_llms[key] = LLMClientPool([agent.build_llm(s) for _ in range(shards)])
+            llm, *fallbacks = clients.for_agent(agent, s)  # shared by agents on one endpoint
             observed = observed_agent(agent, observer, s)
-            loop = observed.build_loop(shared_llms[key], registries[name], settings=s)
+            loop = observed.build_loop(llm, registries[name], settings=s, fallback_llms=fallbacks)
             runners[name] = AgentRunner(loop, self.store, name, steps)
             if observer.active:
                 runners[name] = ObservedRunner(runners[name], observer)
-        self.llms = list(shared_llms.values())
+        self.llms = clients.clients()
         self.drainer = Drainer(
             queue=queue,
             lease=lease,

@@ -18,7 +18,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from reactq.shared.errors import ConfigError, SkillError
 from reactq.shared.settings import Settings
 from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig
 from reactq.worker.agent.llm.base import LLMClient
-from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
+from reactq.worker.agent.llm.endpoint import ClientFactory, LLMEndpoint, header_items, openai_client
 from reactq.worker.agent.loop import AgentLoop
 from reactq.worker.agent.mcp import MCPClient, MCPProvider, providers_of
 from reactq.worker.agent.skills import SkillSet
@@ -70,7 +70,17 @@ class Agent:
     base_url: str | None
     """The OpenAI-compatible endpoint; None: the settings' (OPENAI_BASE_URL), else OpenAI."""
     api_key: str | None = field(repr=False)
-    """Its key; None: the settings' (OPENAI_API_KEY). Never shown in repr."""
+    """Its key; None: ``api_key_env``'s, else the settings' (OPENAI_API_KEY). Never shown."""
+    api_key_env: str | None
+    """The environment variable holding its key (read through Settings); None: see api_key."""
+    timeout: float | None
+    """Seconds one model request may take; None: the settings' (REACTQ_LLM_TIMEOUT_SECONDS)."""
+    max_retries: int | None
+    """Retries of a failed model request; None: the settings' (REACTQ_LLM_MAX_RETRIES)."""
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
+    """Extra HTTP headers on every model request (never shown in repr, nor logged)."""
+    client_factory: ClientFactory | None
+    """``client_factory(endpoint) -> LLMClient`` for a custom provider; None: the openai SDK."""
     loop: LoopConfig
     """The loop's knobs: model, system prompt, tool mode, limits, messages, budgets, hooks."""
     skills: SkillSet = field(init=False, repr=False)
@@ -85,6 +95,11 @@ class Agent:
         skills_dir: _SkillsDir | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        api_key_env: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        client_factory: ClientFactory | None = None,
         loop: LoopConfig | None = None,
         **knobs: Any,
     ) -> None:
@@ -98,8 +113,8 @@ class Agent:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise AgentConfigError(
                 f"agent {name!r}: unknown setting {unknown[0]!r}{hint}; an Agent takes name, "
-                "tools, mcp_servers, skills_dir, base_url, api_key, loop and the knobs of "
-                "LoopConfig"
+                "tools, mcp_servers, skills_dir, base_url, api_key, api_key_env, timeout, "
+                "max_retries, headers, client_factory, loop and the knobs of LoopConfig"
             )
         if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
             raise AgentConfigError(f"agent {name!r}: tools must be a list of tools")
@@ -117,6 +132,8 @@ class Agent:
                 raise ValueError("mcp_servers must be a list of MCPClient or MCPProvider")
             servers = providers_of(mcp_servers)
             wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
+            header_pairs = header_items(headers)
+            _check_client_knobs(api_key, api_key_env, timeout, max_retries, client_factory)
             # Refuses duplicate names, load_skill among them.
             _with_skills(Registry(wrapped), skills)
         except ValueError as exc:
@@ -129,6 +146,11 @@ class Agent:
             ("skills_dir", skills_dir),
             ("base_url", base_url),
             ("api_key", api_key),
+            ("api_key_env", api_key_env),
+            ("timeout", timeout),
+            ("max_retries", max_retries),
+            ("headers", header_pairs),
+            ("client_factory", client_factory),
             ("loop", config),
             ("skills", skills),
         ):
@@ -159,31 +181,103 @@ class Agent:
         return _with_skills(Registry(self.tools), self.skills)
 
     def build_loop(
-        self, llm: LLMClient, registry: Registry | None = None, *, settings: Settings | None = None
+        self,
+        llm: LLMClient,
+        registry: Registry | None = None,
+        *,
+        settings: Settings | None = None,
+        fallback_llms: Sequence[LLMClient] | None = None,
     ) -> AgentLoop:
         """The AgentLoop for this agent, talking to ``llm``.
 
         ``registry`` defaults to ``self.registry()``; pass one that MCP tools were
         attached to (the loop fixes its tool list when it is built). ``settings``
         give the default model (None reads ``Settings.from_env()``).
+        ``fallback_llms``: a client per fallback model (``ClientCache.for_agent``
+        makes them); None: ``llm`` for each.
         """
         tools = registry if registry is not None else self.registry()
-        return AgentLoop(llm, tools, self.resolved_loop(settings))
+        return AgentLoop(llm, tools, self.resolved_loop(settings), fallback_llms=fallback_llms)
 
-    def build_llm(self, settings: Settings | None = None, **options: Any) -> OpenAICompatibleClient:
-        """An OpenAICompatibleClient for this agent: its endpoint and key, else the settings'.
+    def endpoints(self, settings: Settings | None = None) -> list[LLMEndpoint]:
+        """Its own endpoint, then each fallback model's, resolved against the settings
+        (None reads ``Settings.from_env()``). ConfigError names a key variable that is
+        not set."""
+        s = _settings(settings)
+        own = LLMEndpoint(
+            base_url=self.base_url or s.openai_base_url,
+            api_key=self.api_key
+            or self._key_from(s, self.api_key_env, "api_key_env")
+            or _secret(s.openai_api_key),
+            timeout=self.timeout if self.timeout is not None else s.llm_timeout_seconds,
+            max_retries=self.max_retries if self.max_retries is not None else s.llm_max_retries,
+            headers=self.headers,
+        )
+        out = [own]
+        for model in self.loop.fallbacks:
+            if model.base_url is None and model.api_key_env is None:
+                out.append(own)
+                continue
+            where = f"fallback model {model.name!r}: api_key_env"
+            key = self._key_from(s, model.api_key_env, where)
+            if model.base_url is None:
+                key = key or own.api_key
+            out.append(
+                dataclasses.replace(own, base_url=model.base_url or own.base_url, api_key=key)
+            )
+        return out
+
+    def _key_from(self, settings: Settings, variable: str | None, knob: str) -> str | None:
+        if variable is None:
+            return None
+        key = _secret(settings.secret_from_env(variable))
+        if key is None:
+            raise ConfigError(
+                f"agent {self.name!r}: {knob} names {variable}, which is not set",
+                agent=self.name,
+                variable=variable,
+            )
+        return key
+
+    def build_llm(self, settings: Settings | None = None, **options: Any) -> LLMClient:
+        """A client for this agent's own endpoint (``endpoints(settings)[0]``), through its
+        ``client_factory`` (default: an OpenAICompatibleClient).
 
         ``settings`` None reads ``Settings.from_env()``. Create it on the event
-        loop that will use it; ``options`` go to the client (timeout, max_retries).
+        loop that will use it; ``options`` replace endpoint knobs (timeout, max_retries).
         """
-        s = _settings(settings)
-        key = self.api_key or (s.openai_api_key.get_secret_value() if s.openai_api_key else None)
-        return OpenAICompatibleClient(
-            base_url=self.base_url or s.openai_base_url,
-            api_key=key,
-            model=self.resolved_model(s),
-            **options,
+        endpoint = dataclasses.replace(self.endpoints(settings)[0], **options)
+        return (self.client_factory or openai_client)(endpoint)
+
+
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+def _check_client_knobs(
+    api_key: str | None,
+    api_key_env: str | None,
+    timeout: float | None,
+    max_retries: int | None,
+    client_factory: ClientFactory | None,
+) -> None:
+    if api_key is not None and api_key_env is not None:
+        raise ValueError(
+            "api_key= conflicts with api_key_env=: give the key itself or the name of the "
+            "variable that holds it, not both"
         )
+    if api_key_env is not None and (not isinstance(api_key_env, str) or not api_key_env):
+        raise ValueError(f"api_key_env must name an environment variable, got {api_key_env!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+    if max_retries is not None and (
+        isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+    ):
+        raise ValueError(f"max_retries must be an int >= 0 or None, got {max_retries!r}")
+    if client_factory is not None and not callable(client_factory):
+        raise ValueError(f"client_factory must be callable or None, got {client_factory!r}")
 
 
 def _settings(settings: Settings | None) -> Settings:

@@ -10,6 +10,7 @@ from reactq.shared.events import Event, FinalEvent, StartedEvent
 from reactq.shared.settings import Settings
 from reactq.shared.state import open_store
 from reactq.shared.turns import new_turn_id, validate_message, validate_session_id
+from reactq.worker.agent.llm.endpoint import ClientCache
 from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.definitions import Agent
 
@@ -33,9 +34,11 @@ async def run_local_turn(
     validate_message(message, settings.max_message_bytes)
     bus = MemoryEventBus()
     store = await open_store(settings.database_url)
-    llm = agent.build_llm(settings)
+    clients = ClientCache()
     try:
-        runner = AgentRunner(agent.build_loop(llm, settings=settings), store, agent.name)
+        llm, *fallbacks = clients.for_agent(agent, settings)
+        loop = agent.build_loop(llm, settings=settings, fallback_llms=fallbacks)
+        runner = AgentRunner(loop, store, agent.name)
         turn_id = new_turn_id()
         stream = bus.subscribe(session_id, after="0")
 
@@ -55,6 +58,6 @@ async def run_local_turn(
         await asyncio.wait_for(printer, 10)
         return final
     finally:
-        await llm.aclose()
+        await clients.aclose()
         await store.close()
         await bus.close()

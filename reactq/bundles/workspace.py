@@ -28,7 +28,6 @@ same list.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import re
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reactq.shared.errors import ConfigError, ToolError
+from reactq.shared.workspace_names import workspace_dir_name
 
 __all__ = [
     "RESERVED",
@@ -82,7 +82,6 @@ _SUPPORTED = (
 )
 
 MAX_PATH_CHARS = 1024
-_PLAIN_SESSION = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}")
 _STAGING = (RESERVED, "staging")
 # A staged file this old was left by a worker that died mid-write.
 _STALE_STAGED_SECONDS = 6 * 3600
@@ -132,19 +131,12 @@ def show(parts: Sequence[str]) -> str:
 
 
 def session_dir_name(session_id: str) -> str:
-    """The directory name of a session's workspace.
-
-    A protocol-valid id is its own name, unless it could mean something else to
-    the filesystem (``.``, ``..``, a hidden name): those, and anything else, get
-    ``~`` and a hash, which no valid id can spell.
-    """
+    """The directory name of a session's workspace (``workspace_dir_name``)."""
     if not session_id:
         raise WorkspaceError(
             "the file tools need a session: they run inside a turn (ToolContext.session_id)"
         )
-    if _PLAIN_SESSION.fullmatch(session_id):
-        return session_id
-    return "~" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return workspace_dir_name(session_id)
 
 
 @dataclass(frozen=True, slots=True)

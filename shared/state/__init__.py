@@ -12,6 +12,8 @@ from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,
+    SessionPage,
+    SessionRecord,
     StateStore,
     StepStore,
     TurnCheckpoint,
@@ -27,6 +29,8 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     "TRUNK",
     "BranchInfo",
     "SessionInfo",
+    "SessionPage",
+    "SessionRecord",
     "StateStore",
     "StepStore",
     "TurnCheckpoint",
@@ -70,5 +74,6 @@ async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -
         return await RedisStateStore.open(f"{scheme}://{rest}", **kwargs)
     raise ConfigError(
         f"unsupported state store URL scheme {scheme!r}: "
-        "use memory://, sqlite+aiosqlite://, postgresql+asyncpg:// or redis://"
+        "use memory://, sqlite+aiosqlite://, postgresql+asyncpg://, redis:// "
+        "or redis+cluster://"
     )

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.errors import BranchError, StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage
@@ -39,6 +39,30 @@ class SessionInfo(BaseModel):
     """The newest fencing token the store has seen."""
     created_at: float = 0.0
     """Unix time of creation."""
+
+
+class SessionRecord(SessionInfo):
+    """A session as ``get_session`` and ``list_sessions`` report it."""
+
+    updated_at: float = 0.0
+    """Unix time of its last write (a turn, a branch change, its metadata)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """What the application attached to it (``update_metadata``)."""
+
+    def info(self) -> SessionInfo:
+        """The session as ``begin_turn`` reports it (without these fields)."""
+        return SessionInfo(**{name: getattr(self, name) for name in SessionInfo.model_fields})
+
+
+class SessionPage(BaseModel):
+    """One page of ``list_sessions``: newest session first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sessions: list[SessionRecord]
+    """The sessions of this page."""
+    next_cursor: str | None = None
+    """Pass it as ``cursor`` for the next page; None on the last one."""
 
 
 class TurnStart(BaseModel):
@@ -147,11 +171,42 @@ class StateStore(StepStore, Protocol):
     steps of turns that run)."""
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
-        """Create the session for ``agent`` if new; return it (its agent may differ)."""
+        """Create the session for ``agent`` if new; return it (its agent may differ) as
+        ``get_session`` would."""
         ...
 
-    async def get_session(self, session_id: str) -> SessionInfo | None:
+    async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None if the store has never seen it."""
+        ...
+
+    async def list_sessions(
+        self,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        updated_since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Sessions newest first (by creation), at most ``limit`` (1..1000) a page:
+        those of ``agent``, whose metadata holds every key of ``metadata`` with an
+        equal value, written at or after ``updated_since``. ``cursor`` is a page's
+        ``next_cursor`` (InvalidCursorError for anything else)."""
+        ...
+
+    async def update_metadata(self, session_id: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``patch`` into the session's metadata (a key set to None is removed)
+        and return the result. SessionNotFoundError for an unknown session;
+        InvalidMetadataError for a patch that is not a JSON object."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget the session: its branches, messages, turn records, checkpoints and
+        metadata (the audit log keeps its events). False if the store had none of it."""
+        ...
+
+    async def list_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's committed turns, oldest first ([] for an unknown session)."""
         ...
 
     async def get_messages(

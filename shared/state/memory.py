@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from reactq.shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
+from reactq.shared.state import listing
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,
+    SessionPage,
+    SessionRecord,
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
@@ -48,6 +52,8 @@ class _Session:
     branches: dict[str, _Branch] = field(default_factory=dict)
     turn_ids: set[str] = field(default_factory=set)
     touched: float = 0.0
+    updated_at: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def info(self, session_id: str) -> SessionInfo:
         return SessionInfo(
@@ -57,6 +63,16 @@ class _Session:
             fence=self.fence,
             created_at=self.created_at,
         )
+
+    def record(self, session_id: str) -> SessionRecord:
+        return SessionRecord(
+            **dict(self.info(session_id)),
+            updated_at=self.updated_at,
+            metadata=dict(self.metadata),
+        )
+
+    def wrote(self) -> None:
+        self.updated_at = time.time()
 
 
 class MemoryStateStore:
@@ -142,22 +158,81 @@ class MemoryStateStore:
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
-        return self._ensure(session_id, agent).info(session_id)
+        return self._ensure(session_id, agent).record(session_id)
 
     def _ensure(self, session_id: str, agent: str) -> _Session:
         session = self._touch(session_id)
         if session is None:
             now = time.time()
-            session = _Session(agent=agent, created_at=now, touched=time.monotonic())
+            session = _Session(
+                agent=agent, created_at=now, touched=time.monotonic(), updated_at=now
+            )
             session.branches[TRUNK] = _Branch(parent=None, fork=0, created_at=now)
             self._sessions[session_id] = session
             self._evict(force=True)
         return session
 
-    async def get_session(self, session_id: str) -> SessionInfo | None:
+    async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None if the store has never seen it (or has forgotten it)."""
         session = self._touch(session_id)
-        return None if session is None else session.info(session_id)
+        return None if session is None else session.record(session_id)
+
+    async def list_sessions(
+        self,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        updated_since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Sessions newest first, filtered, a page at a time; see StateStore."""
+        limit = listing.check_limit(limit)
+        after = listing.decode_cursor(cursor)
+        self._evict()
+        # Listing is not a use: it leaves the sessions' TTLs as they are.
+        records = sorted(
+            (s.record(sid) for sid, s in self._sessions.items()),
+            key=listing.key_of,
+            reverse=True,
+        )
+
+        async def newest_first() -> AsyncIterator[SessionRecord]:
+            for record in records:
+                if after is None or listing.key_of(record) < after:
+                    yield record
+
+        return await listing.collect(
+            newest_first(),
+            agent=agent,
+            metadata=metadata,
+            updated_since=updated_since,
+            limit=limit,
+        )
+
+    async def update_metadata(self, session_id: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``patch`` into the session's metadata; see StateStore."""
+        patch = listing.check_metadata(patch)
+        session = self._require(session_id)
+        session.metadata = listing.merged(session.metadata, patch)
+        session.wrote()
+        return dict(session.metadata)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Forget the session and its turns; see StateStore."""
+        session = self._touch(session_id)
+        if session is None:
+            return False
+        self._drop(session_id, session)
+        return True
+
+    async def list_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's committed turns, oldest first."""
+        session = self._touch(session_id)
+        if session is None:
+            return []
+        found = (self._turns[t] for t in session.turn_ids if t in self._turns)
+        return sorted(found, key=lambda r: (r.created_at, r.turn_id))
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
@@ -174,6 +249,7 @@ class MemoryStateStore:
         """Append messages to a branch (the active one by default), unfenced."""
         session = self._require(session_id)
         _extend(self._branch(session, session_id, branch_id), messages, None)
+        session.wrote()
 
     async def fork(
         self,
@@ -202,6 +278,7 @@ class MemoryStateStore:
         )
         if activate:
             session.active_branch = new_id
+        session.wrote()
         return new_id
 
     async def list_branches(self, session_id: str) -> list[BranchInfo]:
@@ -226,6 +303,7 @@ class MemoryStateStore:
         session = self._require(session_id)
         self._branch(session, session_id, branch_id)
         session.active_branch = branch_id
+        session.wrote()
 
     async def truncate_after(
         self, session_id: str, sequence: int, branch_id: str | None = None
@@ -247,6 +325,7 @@ class MemoryStateStore:
                 child.own[:0] = inherited
                 child.fork = cut
         del branch.own[cut - branch.fork :]
+        session.wrote()
 
     async def claim(self, session_id: str, fence: int) -> None:
         """Record ``fence`` as the session's newest token (StaleLeaseError if older).
@@ -305,6 +384,7 @@ class MemoryStateStore:
             record = record.model_copy(update={"created_at": time.time()})
         self._turns[record.turn_id] = record
         session.turn_ids.add(record.turn_id)
+        session.wrote()
         self._checkpoints.pop((session_id, record.turn_id), None)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:

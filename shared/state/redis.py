@@ -8,7 +8,13 @@ so one session's keys share a cluster slot and one script may touch them all)::
     <ns>:s:{<sid>}:state:messages   hash  <b>|<sequence> -> message JSON
     <ns>:s:{<sid>}:state:turns      hash  turn_id -> turn record JSON
     <ns>:s:{<sid>}:state:steps      hash  turn_id -> checkpoint JSON (a running turn's steps)
+    <ns>:s:{<sid>}:state:metadata   hash  key -> JSON value (the application's metadata)
     <ns>:state:turn:<turn_id>       string  the turn's session (to find a turn by id)
+    <ns>:state:sessions             sorted set  ``<created_at>|<sid>``, all scores 0 (listing)
+
+The listing's index is not in a session's slot, so it is written beside the
+script that creates a session, not in it: a session created by a process that
+died between the two is not listed (nor is one created before 0.2.0).
 
 Each operation is a script ``state_<op>.lua`` beside this module (after the
 preludes it names), read once at import. A script gets the session's keys in that
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -42,9 +48,12 @@ from reactq.shared.errors import (
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.redis_client import connect, lua_source
 from reactq.shared.redis_urls import is_cluster_url
+from reactq.shared.state import listing
 from reactq.shared.state.base import (
     BranchInfo,
     SessionInfo,
+    SessionPage,
+    SessionRecord,
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
@@ -57,7 +66,7 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
-from reactq.shared.state.text import dec, enc
+from reactq.shared.state.text import dec, dump_extra, enc, load_extra
 from reactq.shared.turns import TurnStatus
 
 RECORD_VERSION = 1
@@ -72,6 +81,9 @@ _SWITCH = lua_source(__name__, "state_switch")
 _TRUNCATE = lua_source(__name__, "state_branches", "state_truncate")
 _CLAIM = lua_source(__name__, "state_claim")
 _CHECKPOINT = lua_source(__name__, "state_checkpoint")
+_METADATA = lua_source(__name__, "state_metadata")
+_DELETE = lua_source(__name__, "state_delete")
+_LIST_BATCH = 200
 
 
 class RedisStateStore:
@@ -108,6 +120,8 @@ class RedisStateStore:
         self._truncate = redis.register_script(_TRUNCATE)
         self._claim = redis.register_script(_CLAIM)
         self._checkpoint = redis.register_script(_CHECKPOINT)
+        self._metadata = redis.register_script(_METADATA)
+        self._delete = redis.register_script(_DELETE)
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> RedisStateStore:
@@ -122,7 +136,24 @@ class RedisStateStore:
 
     def _keys(self, session_id: str) -> list[str]:
         base = f"{self.namespace}:s:{{{session_id}}}:state"
-        return [base, f"{base}:branches", f"{base}:messages", f"{base}:turns", f"{base}:steps"]
+        return [
+            base,
+            f"{base}:branches",
+            f"{base}:messages",
+            f"{base}:turns",
+            f"{base}:steps",
+            f"{base}:metadata",
+        ]
+
+    @property
+    def _index(self) -> str:
+        return f"{self.namespace}:state:sessions"
+
+    async def _indexed(self, session_id: str, created: Any, now: str) -> None:
+        """List the session if the script that returned ``created`` created it."""
+        created = created.decode() if isinstance(created, bytes) else str(created)
+        if created == now:
+            await self.redis.zadd(self._index, {_member(float(created), session_id): 0}, nx=True)
 
     def _turn_index(self, turn_id: str) -> str:
         return f"{self.namespace}:state:turn:{turn_id}"
@@ -131,17 +162,117 @@ class RedisStateStore:
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
-        row = await self._ensure(
-            keys=self._keys(session_id)[:2], args=[agent, repr(time.time()), RECORD_VERSION]
-        )
-        return _session(session_id, row)
+        now = repr(time.time())
+        row = await self._ensure(keys=self._keys(session_id)[:2], args=[agent, now, RECORD_VERSION])
+        await self._indexed(session_id, row[4], now)
+        # As get_session reports it (its metadata too); the script's row if it was
+        # deleted meanwhile.
+        return await self.get_session(session_id) or _session(session_id, row)
 
-    async def get_session(self, session_id: str) -> SessionInfo | None:
+    async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None if the store has never seen it."""
-        row = await self.redis.hmget(
-            self._keys(session_id)[0], ["v", "agent", "active", "fence", "created_at"]
+        return (await self._records([session_id]))[0]
+
+    async def _records(self, session_ids: Sequence[str]) -> list[SessionRecord | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for session_id in session_ids:
+                keys = self._keys(session_id)
+                pipe.hmget(keys[0], ["v", "agent", "active", "fence", "created_at", "updated_at"])
+                pipe.hgetall(keys[5])
+            replies = await pipe.execute()
+        out: list[SessionRecord | None] = []
+        for n, session_id in enumerate(session_ids):
+            row, metadata = replies[2 * n], replies[2 * n + 1]
+            if row[0] is None:
+                out.append(None)
+                continue
+            info = _session(session_id, row[:5])
+            out.append(
+                SessionRecord(
+                    **dict(info),
+                    updated_at=float(row[5] or info.created_at),
+                    metadata={_text(k): json.loads(v) for k, v in metadata.items()},
+                )
+            )
+        return out
+
+    async def list_sessions(
+        self,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        updated_since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Sessions newest first, filtered, a page at a time; see StateStore. The
+        index gives the order; the filters run here, on the sessions read in batches."""
+        limit = listing.check_limit(limit)
+        after = listing.decode_cursor(cursor)
+        start = "+" if after is None else "(" + _member(*after)
+
+        async def newest_first() -> AsyncIterator[SessionRecord]:
+            nonlocal start
+            while True:
+                found: list[Any] = await self.redis.zrange(
+                    self._index, start, "-", desc=True, bylex=True, offset=0, num=_LIST_BATCH
+                )
+                members = [_text(m) for m in found]
+                ids = [m.partition("|")[2] for m in members]
+                for member, record in zip(members, await self._records(ids), strict=True):
+                    if record is None:  # deleted since: drop it from the index
+                        await self.redis.zrem(self._index, member)
+                        continue
+                    yield record
+                if len(members) < _LIST_BATCH:
+                    return
+                start = "(" + members[-1]
+
+        return await listing.collect(
+            newest_first(),
+            agent=agent,
+            metadata=metadata,
+            updated_since=updated_since,
+            limit=limit,
         )
-        return None if row[0] is None else _session(session_id, row)
+
+    async def update_metadata(self, session_id: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``patch`` into the session's metadata, in one script; see StateStore."""
+        patch = listing.check_metadata(patch)
+        setting = [(k, listing.dump_value(v)) for k, v in patch.items() if v is not None]
+        removing = [k for k, v in patch.items() if v is None]
+        keys = self._keys(session_id)
+        reply = _texts(
+            await self._metadata(
+                keys=[keys[0], keys[5]],
+                args=[
+                    repr(time.time()),
+                    len(setting),
+                    *(part for pair in setting for part in pair),
+                    *removing,
+                ],
+            )
+        )
+        _raise_for(session_id, reply)
+        pairs = reply[1:]
+        return {pairs[i]: json.loads(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session's keys, its turns' index entries and its listing entry."""
+        reply = [_text(x) for x in await self._delete(keys=self._keys(session_id))]
+        created, turn_ids = reply[0], reply[1:]
+        for turn_id in turn_ids:
+            # One at a time: on a cluster each index key has its own slot.
+            await self.redis.delete(self._turn_index(turn_id))
+        if created:
+            await self.redis.zrem(self._index, _member(float(created), session_id))
+        return bool(created or turn_ids)
+
+    async def list_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's committed turns, oldest first."""
+        raw = await self.redis.hvals(self._keys(session_id)[3])
+        records = [_record(value) for value in raw]
+        return sorted(records, key=lambda r: (r.created_at, r.turn_id))
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
@@ -235,11 +366,12 @@ class RedisStateStore:
     ) -> TurnStart:
         """Ensure the session, record ``fence`` and read a branch, in one script; see
         StateStore.begin_turn."""
+        now = repr(time.time())
         reply = await self._begin(
             keys=self._keys(session_id)[:3],
             args=[
                 agent,
-                repr(time.time()),
+                now,
                 RECORD_VERSION,
                 "" if fence is None else fence,
                 branch_id or "",
@@ -248,6 +380,7 @@ class RedisStateStore:
         head = _texts(reply[:7])
         if head[0] == "stale" and fence is not None:
             raise stale(session_id, int(head[1]), fence)
+        await self._indexed(session_id, head[5], now)
         return TurnStart(
             info=_session(session_id, head[1:6]),
             branch_id=head[6],
@@ -319,18 +452,7 @@ class RedisStateStore:
             return None
         owner = session_id.decode() if isinstance(session_id, bytes) else str(session_id)
         raw = await self.redis.hget(self._keys(owner)[3], turn_id)
-        if raw is None:
-            return None
-        data = _load(raw, "turn record")
-        return TurnRecord(
-            turn_id=data["turn_id"],
-            session_id=data["session_id"],
-            status=TurnStatus(data["status"]),
-            attempt=data["attempt"],
-            final_text=dec(data["final_text"]),
-            error=dec(data["error"]),
-            created_at=data["created_at"],
-        )
+        return None if raw is None else _record(raw)
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
         """Store a running turn's completed steps; see StateStore.checkpoint_step."""
@@ -420,6 +542,29 @@ def _load(raw: bytes | str, what: str) -> dict[str, Any]:
     return data
 
 
+def _record(raw: bytes | str) -> TurnRecord:
+    data = _load(raw, "turn record")
+    return TurnRecord(
+        turn_id=data["turn_id"],
+        session_id=data["session_id"],
+        status=TurnStatus(data["status"]),
+        attempt=data["attempt"],
+        final_text=dec(data["final_text"]),
+        error=dec(data["error"]),
+        created_at=data["created_at"],
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _member(created_at: float, session_id: str) -> str:
+    """A session's entry in the listing's index: its creation time, fixed width, so
+    the members' byte order is the listing's order (newest last)."""
+    return f"{created_at:017.6f}|{session_id}"
+
+
 def _dump_record(record: TurnRecord) -> str:
     data = record.model_dump(mode="json")
     data.update(final_text=enc(record.final_text), error=enc(record.error))
@@ -439,6 +584,8 @@ def _dump_message(message: ChatMessage, turn_id: str | None, now: float) -> str:
             "tool_call_id": enc(message.tool_call_id),
             "turn_id": message.turn_id or turn_id,
             "created_at": now,
+            "reasoning": enc(message.reasoning),
+            "extra": dump_extra(message.extra),
         }
     )
 
@@ -454,6 +601,8 @@ def _message(raw: bytes | str, sequence: int) -> ChatMessage:
         if calls is None
         else [ToolCall.model_validate(c) for c in json.loads(calls)],
         tool_call_id=dec(data.get("tool_call_id")),
+        reasoning=dec(data.get("reasoning")),
+        extra=load_extra(data.get("extra")),
         turn_id=data.get("turn_id"),
         sequence=sequence,
     )

@@ -26,8 +26,10 @@ parameters: building one costs more CPU than running it.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, insert, select, text, update
@@ -37,12 +39,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
+from reactq.shared.state import listing
 from reactq.shared.state import migrate as schema
 from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
     SessionInfo,
+    SessionPage,
+    SessionRecord,
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
@@ -247,9 +252,89 @@ class SqlStateStore:
 
         return await self._write(op)
 
-    async def get_session(self, session_id: str) -> SessionInfo | None:
+    async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None if the store has never seen it."""
         return await self._read(lambda conn: ops.session_info(conn, session_id))
+
+    async def list_sessions(
+        self,
+        *,
+        agent: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        updated_since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """Sessions newest first, filtered, a page at a time; see StateStore.
+
+        The agent and the time filter run in SQL; metadata, JSON text whose query
+        functions differ between SQLite and PostgreSQL, is matched here on the
+        rows read in batches."""
+        limit = listing.check_limit(limit)
+        after = listing.decode_cursor(cursor)
+        batch = limit + 1 if not metadata else max(limit + 1, 200)
+
+        async def newest_first() -> AsyncIterator[SessionRecord]:
+            key = after
+            while True:
+                rows = await self._read(
+                    functools.partial(
+                        ops.sessions_after,
+                        after=key,
+                        agent=agent,
+                        updated_since=updated_since,
+                        count=batch,
+                    )
+                )
+                for row in rows:
+                    yield row
+                if len(rows) < batch:
+                    return
+                key = listing.key_of(rows[-1])
+
+        return await listing.collect(
+            newest_first(),
+            agent=agent,
+            metadata=metadata,
+            updated_since=updated_since,
+            limit=limit,
+        )
+
+    async def update_metadata(self, session_id: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``patch`` into the session's metadata; see StateStore."""
+        patch = listing.check_metadata(patch)
+
+        def op(conn: Connection) -> dict[str, Any]:
+            ops.lock_session(conn, session_id)
+            raw = conn.scalar(
+                select(sessions.c["metadata"]).where(sessions.c.session_id == session_id)
+            )
+            result = listing.merged({} if raw is None else json.loads(raw), patch)
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.session_id == session_id)
+                .values({"metadata": listing.dump_value(result), "updated_at": time.time()})
+            )
+            return result
+
+        return await self._write(op)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session's rows (the audit log's stay); see StateStore."""
+        return await self._write(lambda conn: ops.delete_session(conn, session_id))
+
+    async def list_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's committed turns, oldest first."""
+
+        def op(conn: Connection) -> list[TurnRecord]:
+            query = (
+                select(turns)
+                .where(turns.c.session_id == session_id)
+                .order_by(turns.c.created_at, turns.c.turn_id)
+            )
+            return [_turn_record(row) for row in conn.execute(query).mappings()]
+
+        return await self._read(op)
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
@@ -447,17 +532,7 @@ class SqlStateStore:
 
         def op(conn: Connection) -> TurnRecord | None:
             row = conn.execute(select(turns).where(turns.c.turn_id == turn_id)).mappings().first()
-            if row is None:
-                return None
-            return TurnRecord(
-                turn_id=row["turn_id"],
-                session_id=row["session_id"],
-                status=TurnStatus(row["status"]),
-                attempt=row["attempt"],
-                final_text=dec(row["final_text"]),
-                error=dec(row["error"]),
-                created_at=row["created_at"],
-            )
+            return None if row is None else _turn_record(row)
 
         return await self._read(op)
 
@@ -538,6 +613,18 @@ class SqlStateStore:
 
 
 # --- helpers --------------------------------------------------------------------
+
+
+def _turn_record(row: Any) -> TurnRecord:
+    return TurnRecord(
+        turn_id=row["turn_id"],
+        session_id=row["session_id"],
+        status=TurnStatus(row["status"]),
+        attempt=row["attempt"],
+        final_text=dec(row["final_text"]),
+        error=dec(row["error"]),
+        created_at=row["created_at"],
+    )
 
 
 def _set_active(conn: Connection, session_id: str, branch_id: str) -> None:

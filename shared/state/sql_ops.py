@@ -14,6 +14,7 @@ a read in the locking statement itself could miss what the previous holder wrote
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -42,7 +43,8 @@ from sqlalchemy.engine import Connection
 
 from reactq.shared.errors import BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.base import TRUNK, BranchInfo, SessionInfo, stale
+from reactq.shared.state.base import TRUNK, BranchInfo, SessionRecord, stale
+from reactq.shared.state.sql_bulk import insert_many
 from reactq.shared.state.sql_schema import (
     branches,
     message_row,
@@ -54,20 +56,64 @@ from reactq.shared.state.sql_schema import (
 )
 
 
-def session_info(conn: Connection, session_id: str) -> SessionInfo | None:
-    """The session row as a SessionInfo, or None."""
+def session_info(conn: Connection, session_id: str) -> SessionRecord | None:
+    """The session row as a SessionRecord, or None."""
     row = (
         conn.execute(select(sessions).where(sessions.c.session_id == session_id)).mappings().first()
     )
-    if row is None:
-        return None
-    return SessionInfo(
+    return None if row is None else session_record(row)
+
+
+def session_record(row: Any) -> SessionRecord:
+    """A ``sessions`` row (a mapping) as a SessionRecord."""
+    raw = row["metadata"]
+    return SessionRecord(
         session_id=row["session_id"],
         agent=row["agent"],
         active_branch=row["active_branch"],
         fence=row["fence"],
         created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        metadata={} if raw is None else json.loads(raw),
     )
+
+
+def sessions_after(
+    conn: Connection,
+    after: tuple[float, str] | None,
+    agent: str | None,
+    updated_since: float | None,
+    count: int,
+) -> list[SessionRecord]:
+    """Up to ``count`` sessions after the listing key ``after``, newest first, of
+    ``agent`` and written since ``updated_since`` (when given)."""
+    query = select(sessions)
+    if after is not None:
+        created, session_id = after
+        query = query.where(
+            or_(
+                sessions.c.created_at < created,
+                and_(sessions.c.created_at == created, sessions.c.session_id < session_id),
+            )
+        )
+    if agent is not None:
+        query = query.where(sessions.c.agent == agent)
+    if updated_since is not None:
+        query = query.where(sessions.c.updated_at >= updated_since)
+    query = query.order_by(sessions.c.created_at.desc(), sessions.c.session_id.desc())
+    return [session_record(row) for row in conn.execute(query.limit(count)).mappings()]
+
+
+def delete_session(conn: Connection, session_id: str) -> bool:
+    """Delete every row of the session's state; whether it had any."""
+    found = False
+    # Children first: SQLite enforces no foreign keys unless asked to.
+    for table in (messages, branches, turn_checkpoints, turns, sessions):
+        found = (
+            bool(conn.execute(delete(table).where(table.c.session_id == session_id)).rowcount)
+            or found
+        )
+    return found
 
 
 def lock_session(conn: Connection, session_id: str) -> tuple[str, int]:
@@ -301,8 +347,9 @@ def append_rows(
     if not new:
         return
     now = time.time()
-    conn.execute(
-        messages.insert(),
+    insert_many(
+        conn,
+        messages,
         [
             message_row(session_id, branch_id, start + offset, message, turn_id, now)
             for offset, message in enumerate(new)

@@ -30,11 +30,11 @@ from sqlalchemy import (
 )
 
 from reactq.shared.messages import ChatMessage, ToolCall
-from reactq.shared.state.text import MARK, dec, enc
+from reactq.shared.state.text import MARK, dec, dump_extra, enc, load_extra
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0005"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -51,7 +51,11 @@ sessions = Table(
     Column("fence", BigInteger, nullable=False, server_default="0"),
     Column("created_at", Double, nullable=False),
     Column("updated_at", Double, nullable=False),
+    # The application's metadata as JSON text (NULL: none).
+    Column("metadata", Text, nullable=True),
 )
+# list_sessions reads newest first by this key.
+Index("ix_sessions_listing", sessions.c.created_at, sessions.c.session_id)
 
 branches = Table(
     "branches",
@@ -78,6 +82,9 @@ messages = Table(
     Column("tool_call_id", Text, nullable=True),
     Column("turn_id", String(128), nullable=True),
     Column("created_at", Double, nullable=False),
+    # An assistant message's reasoning, and the provider's other fields as JSON text.
+    Column("reasoning", Text, nullable=True),
+    Column("extra", Text, nullable=True),
     UniqueConstraint("session_id", "branch_id", "sequence", name="uq_messages_position"),
     ForeignKeyConstraint(
         ["session_id", "branch_id"],
@@ -150,6 +157,8 @@ def to_message(row: Any) -> ChatMessage:
         if raw_calls is None
         else [ToolCall.model_validate(call) for call in json.loads(raw_calls)],
         tool_call_id=dec(row["tool_call_id"]),
+        reasoning=dec(row["reasoning"]),
+        extra=load_extra(row["extra"]),
         turn_id=row["turn_id"],
         sequence=row["sequence"],
     )
@@ -175,4 +184,6 @@ def message_row(
         "tool_call_id": enc(message.tool_call_id),
         "turn_id": message.turn_id or turn_id,
         "created_at": now,
+        "reasoning": enc(message.reasoning),
+        "extra": dump_extra(message.extra),
     }

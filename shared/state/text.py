@@ -10,7 +10,9 @@ surrogate pair written as two code points is not merged into one character
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 MARK = "\ue000"
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")
@@ -28,3 +30,14 @@ def dec(value: str | None) -> str | None:
     if value is None or not value.startswith(MARK):
         return value
     return value[1:].encode("ascii").decode("unicode_escape")
+
+
+def dump_extra(extra: dict[str, Any] | None) -> str | None:
+    """A message's unknown provider fields as the stored JSON text."""
+    return None if not extra else enc(json.dumps(extra, ensure_ascii=False, default=str))
+
+
+def load_extra(raw: str | None) -> dict[str, Any] | None:
+    """The fields ``dump_extra`` stored."""
+    text = dec(raw)
+    return None if text is None else dict(json.loads(text))

@@ -9,12 +9,13 @@ the fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
 from reactq.worker.agent.llm.base import RequestOptions
+from reactq.worker.agent.llm.endpoint import Model, as_model
 from reactq.worker.agent.modes import ModeSettings, ToolMode, resolve_mode
 from reactq.worker.agent.parsers import Parser
 from reactq.worker.agent.usage import ModelPrice, check_budget_config
@@ -56,6 +57,8 @@ class LoopConfig:
 
     model: str | None = None
     """Model name; None: the settings' model (REACTQ_MODEL) for an Agent, else gpt-4o-mini."""
+    fallback_models: Sequence[Model | str] = ()
+    """Models a turn moves to, in order, when the current one fails (names or ``Model``s)."""
     system_prompt: str = ""
     """Instructions sent first in every request."""
     tool_mode: ToolMode | str = ToolMode.NATIVE
@@ -94,6 +97,8 @@ class LoopConfig:
     """Output token cap per model call (max_completion_tokens for gpt-5.x / o-series)."""
     reasoning_effort: str | None = None
     """Provider reasoning level ("low", "medium", "high"); None leaves it out."""
+    replay_reasoning: bool = True
+    """Send the model's reasoning back with its tool calls; False for providers refusing it."""
     repeat_call_limit: int | None = 3
     """Identical calls allowed before the result carries a nudge; None disables."""
     wrap_up: bool = False
@@ -123,6 +128,14 @@ class LoopConfig:
             raise ValueError(
                 f"model must be a non-empty model name, or None for REACTQ_MODEL, got {model!r}"
             )
+        if isinstance(self.fallback_models, str) or not isinstance(self.fallback_models, Sequence):
+            raise ValueError(
+                f"fallback_models must be a list of model names or Models, "
+                f"got {self.fallback_models!r}"
+            )
+        object.__setattr__(
+            self, "fallback_models", tuple(as_model(m) for m in self.fallback_models)
+        )
         if not isinstance(self.system_prompt, str):
             raise ValueError(f"system_prompt must be a string, got {self.system_prompt!r}")
         iterations = self.max_iterations
@@ -136,8 +149,9 @@ class LoopConfig:
         object.__setattr__(self, "tool_mode", self.mode_settings().mode)
         self.request_options()
         # With no model yet, its price is checked when the loop is built for one.
-        check_budget_config(self.max_total_tokens, self.max_cost, self.prices, model)
-        for name in ("stream", "wrap_up", "require_tool_before_final"):
+        for name in (model, *(m.name for m in self.fallbacks)):
+            check_budget_config(self.max_total_tokens, self.max_cost, self.prices, name)
+        for name in ("stream", "wrap_up", "require_tool_before_final", "replay_reasoning"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         interval = self.delta_interval
@@ -167,6 +181,11 @@ class LoopConfig:
             text = getattr(self, name)
             if not isinstance(text, str) or not text:
                 raise ValueError(f"{name} must be a non-empty string, got {text!r}")
+
+    @property
+    def fallbacks(self) -> tuple[Model, ...]:
+        """``fallback_models`` as Models, in order."""
+        return tuple(as_model(m) for m in self.fallback_models)
 
     def mode_settings(self) -> ModeSettings:
         """The tool mode with its parser, output format, role and reminder resolved."""

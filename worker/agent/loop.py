@@ -11,7 +11,7 @@ in a ``RunResult`` with a status.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reactq.shared.bus import TurnEmitter
@@ -54,11 +54,17 @@ class AgentLoop:
 
     ``registry`` holds the tools (none when None); ``config`` every knob
     (``LoopConfig()`` when None). ``model`` is the config's, else gpt-4o-mini. The
-    tool list and system prompt are fixed here, once.
+    tool list and system prompt are fixed here, once. ``fallback_llms`` holds a
+    client per ``config.fallback_models`` entry (None: ``llm`` for each).
     """
 
     def __init__(
-        self, llm: LLMClient, registry: Registry | None = None, config: LoopConfig | None = None
+        self,
+        llm: LLMClient,
+        registry: Registry | None = None,
+        config: LoopConfig | None = None,
+        *,
+        fallback_llms: Sequence[LLMClient] | None = None,
     ) -> None:
         if config is None:
             config = LoopConfig()
@@ -73,11 +79,25 @@ class AgentLoop:
                 "or drop require_tool_before_final"
             )
         self.model: str = config.model or DEFAULT_MODEL
-        # A config without a model could not check max_cost's price; the loop has one.
-        check_budget_config(config.max_total_tokens, config.max_cost, config.prices, self.model)
+        fallbacks = [m.name for m in config.fallbacks]
+        clients = list(fallback_llms) if fallback_llms is not None else [llm] * len(fallbacks)
+        if len(clients) != len(fallbacks):
+            raise ValueError(
+                f"fallback_llms has {len(clients)} clients for {len(fallbacks)} fallback_models: "
+                "give one per fallback model, or None to use llm for each"
+            )
+        self.models: tuple[tuple[str, LLMClient], ...] = (
+            (self.model, llm),
+            *zip(fallbacks, clients, strict=True),
+        )
+        # A config without a model could not check max_cost's price; the loop has them all.
+        for name, _ in self.models:
+            check_budget_config(config.max_total_tokens, config.max_cost, config.prices, name)
         self.mode: ModeSettings = config.mode_settings()
         self.options: RequestOptions = config.request_options()
-        self.price = (config.prices or {}).get(self.model)
+        prices = config.prices or {}
+        self.prices = {name: prices[name] for name, _ in self.models if name in prices}
+        self.price = self.prices.get(self.model)
         self.executor = ToolExecutor(self.registry, config)
         # Built once: every run sends the same system prompt and tool list.
         prompt = build_system_prompt(config.system_prompt, self.mode, self.registry)

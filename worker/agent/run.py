@@ -25,11 +25,19 @@ from reactq.shared.errors import (
     ReactqError,
     ToolRequiredError,
 )
-from reactq.shared.events import DeltaEvent, ErrorEvent, ThoughtEvent, UsageEvent
+from reactq.shared.events import (
+    DeltaEvent,
+    ErrorEvent,
+    ModelFallbackEvent,
+    ReasoningEvent,
+    ThoughtEvent,
+    UsageEvent,
+)
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.protocol.approvals import Decision
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelSignal, RunCancelled
+from reactq.worker.agent.fallback import ModelChain, ModelSwitch
 from reactq.worker.agent.interventions import call_hook
 from reactq.worker.agent.llm.base import LLMResponse
 from reactq.worker.agent.parsers import ParsedStep
@@ -131,7 +139,8 @@ class Run:
             session_id=emitter.session_id, turn_id=emitter.turn_id, attempt=emitter.attempt
         )
         self.cancel = cancel
-        self.meter = UsageMeter(loop.price, loop.config.max_total_tokens, loop.config.max_cost)
+        self.meter = UsageMeter(loop.prices, loop.config.max_total_tokens, loop.config.max_cost)
+        self.models = ModelChain(loop.models)  # a fallback holds for the rest of the turn
         self.new: list[ChatMessage] = []
         self.wire: list[dict[str, Any]] = []
         self.seen: dict[tuple[str, str], int] = {}
@@ -153,7 +162,8 @@ class Run:
         steps = list(resume or [])
         if not native and steps and steps[-1].role == "assistant":
             steps.pop()  # a text-mode reply whose observation was not recorded: ask again
-        self.wire = [*loop.prefix, *(m.to_openai() for m in [*messages, *steps])]
+        replay = config.replay_reasoning
+        self.wire = [*loop.prefix, *(m.to_openai(reasoning=replay) for m in [*messages, *steps])]
         self.new = steps
         replies = sum(1 for m in steps if m.role == "assistant")
         try:
@@ -191,7 +201,7 @@ class Run:
         if not response.tool_calls:
             if self._tool_still_required():
                 return await self._native_step(await self._remind(response))
-            return self._complete(response.content or "", response.truncated)
+            return self._complete(response.content or "", response)
         calls = response.tool_calls
         self._add(
             ChatMessage(
@@ -199,6 +209,7 @@ class Run:
                 content=response.content or None,
                 tool_calls=calls,
                 turn_id=self.turn_id,
+                **_provider_fields(response),
             )
         )
         if response.content and response.content.strip():
@@ -300,9 +311,13 @@ class Run:
             if self._tool_still_required():
                 return await self._text_step(await self._remind(response))
             await self._show_rest(step.final)
-            return self._complete(step.final, response.truncated)
+            return self._complete(step.final, response)
         raw = response.content or ""
-        self._add(ChatMessage(role="assistant", content=raw, turn_id=self.turn_id))
+        self._add(
+            ChatMessage(
+                role="assistant", content=raw, turn_id=self.turn_id, **_provider_fields(response)
+            )
+        )
         if step.thought:
             await self.emitter.emit(ThoughtEvent, text=step.thought)
         name = step.tool or ""
@@ -408,27 +423,46 @@ class Run:
         if hooks is not None:
             await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
         deltas: DeltaBuffer | None = None
+        thinking: DeltaBuffer | None = None
         self.visible = None
         # An answer that may yet be refused (no tool called yet) is not shown at all.
-        if config.stream and not self._tool_still_required():
+        shows = not self._tool_still_required()
+        if config.stream and shows:
             self.visible = None if loop.mode.native else VisibleText(loop.mode.mode.value)
             deltas = DeltaBuffer(self.emitter, config.delta_interval, self.visible)
-        call = loop.llm.complete(
-            wire,
-            model=loop.model,
-            tools=tools,
-            stream=config.stream,
-            options=loop.options,
-            on_delta=deltas.add if deltas is not None else None,
-        )
-        try:
-            response = await (call if self.cancel is None else self.cancel.guard(call))
-        except (LLMError, RunCancelled) as exc:
+            thinking = DeltaBuffer(self.emitter, config.delta_interval, event=ReasoningEvent)
+        while True:
+            call = self.models.llm.complete(
+                wire,
+                model=self.models.model,
+                tools=tools,
+                stream=config.stream,
+                options=loop.options,
+                on_delta=deltas.add if deltas is not None else None,
+                **({"on_reasoning": thinking.add} if thinking is not None else {}),
+            )
+            try:
+                response = await (call if self.cancel is None else self.cancel.guard(call))
+                break
+            except (LLMError, RunCancelled) as exc:
+                if hooks is not None:
+                    await call_hook(
+                        hooks, "on_llm_end", iteration=self.iteration, response=None, error=exc
+                    )
+                # Text shown already would be followed by another model's: no fallback then.
+                shown = any(b is not None and b.received for b in (deltas, thinking))
+                if shown or isinstance(exc, RunCancelled):
+                    raise
+                switch = self.models.advance(exc)
+                if switch is None:
+                    raise
+            await self._fall_back(switch)
             if hooks is not None:
-                await call_hook(
-                    hooks, "on_llm_end", iteration=self.iteration, response=None, error=exc
-                )
-            raise
+                await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
+        if thinking is not None:
+            await thinking.flush()
+        elif shows and response.reasoning:
+            await self.emitter.emit(ReasoningEvent, text=response.reasoning)
         if deltas is not None:
             await deltas.flush()
         if hooks is not None:
@@ -438,15 +472,33 @@ class Run:
         await self._count(response)
         return response
 
+    async def _fall_back(self, switch: ModelSwitch) -> None:
+        error = switch.error
+        log.warning(
+            "model %s failed (%s); the turn goes on with %s",
+            switch.from_model,
+            error.code,
+            switch.to_model,
+        )
+        await self.emitter.emit(
+            ModelFallbackEvent,
+            from_model=switch.from_model,
+            to_model=switch.to_model,
+            code=error.code,
+            message=error.message or str(error),
+        )
+
     async def _count(self, response: LLMResponse) -> None:
         usage = response.usage
         truncated = response.truncated
         if not usage and not truncated:
             return
-        cost = self.meter.add(usage)
+        model = self.models.model
+        cost = self.meter.add(usage, model)
         # Published with the event that follows (an action, a thought, the final).
         self.emitter.emit_later(
             UsageEvent,
+            model=model,
             prompt_tokens=usage.get("prompt_tokens", 0),
             completion_tokens=usage.get("completion_tokens", 0),
             total_tokens=usage.get("total_tokens", 0),
@@ -477,12 +529,12 @@ class Run:
 
     def _add(self, message: ChatMessage) -> None:
         self.new.append(message)
-        self.wire.append(message.to_openai())
+        self.wire.append(message.to_openai(reasoning=self.loop.config.replay_reasoning))
 
-    def _complete(self, text: str, truncated: bool) -> RunResult:
-        if truncated:
+    def _complete(self, text: str, response: LLMResponse) -> RunResult:
+        if response.truncated:
             text += TRUNCATION_MARK
-        return self._end(TurnStatus.COMPLETED, text, keep=True)
+        return self._end(TurnStatus.COMPLETED, text, keep=True, response=response)
 
     async def fail(self, error: ReactqError) -> RunResult:
         """End in ERROR: report it (if the bus still works) and return the fallback."""
@@ -490,7 +542,7 @@ class Run:
         return self._end(TurnStatus.ERROR, self.loop.config.error_fallback_message, error)
 
     async def _report(self, error: ReactqError) -> None:
-        context = {"iteration": self.iteration, "model": self.loop.model, **error.details}
+        context = {"iteration": self.iteration, "model": self.models.model, **error.details}
         try:
             await self.emitter.emit(
                 ErrorEvent, code=error.code, message=error.message or str(error), context=context
@@ -499,13 +551,25 @@ class Run:
             pass
 
     def _end(
-        self, status: TurnStatus, text: str, error: ReactqError | None = None, keep: bool = False
+        self,
+        status: TurnStatus,
+        text: str,
+        error: ReactqError | None = None,
+        keep: bool = False,
+        response: LLMResponse | None = None,
     ) -> RunResult:
+        """``response``: the model's answer the text comes from (its reasoning is kept)."""
         if not keep:
             # Keep the history valid for the next turn: every tool call answered.
             self.new = answered_prefix(self.new)
-        self.new.append(ChatMessage(role="assistant", content=text, turn_id=self.turn_id))
+        fields = _provider_fields(response) if response is not None else {}
+        self.new.append(ChatMessage(role="assistant", content=text, turn_id=self.turn_id, **fields))
         return RunResult(status, text, self.new, self.meter.totals, error, self.meter.cost)
+
+
+def _provider_fields(response: LLMResponse) -> dict[str, Any]:
+    """What an assistant message keeps of the provider's answer beyond text and calls."""
+    return {"reasoning": response.reasoning, "extra": response.extra or None}
 
 
 class _OverBudget(Exception):

@@ -56,27 +56,32 @@ def check_budget_config(
 
 
 class UsageMeter:
-    """Sums usage (and cost, with a price) over one run; says when a budget is spent."""
+    """Sums usage (and cost, for the models it has a price of) over one run; says when
+    a budget is spent. A turn that moved to a fallback model is priced per model."""
 
-    __slots__ = ("cost", "max_cost", "max_total_tokens", "price", "totals")
+    __slots__ = ("cost", "max_cost", "max_total_tokens", "prices", "totals")
 
     def __init__(
-        self, price: ModelPrice | None, max_total_tokens: int | None, max_cost: float | None
+        self,
+        prices: Mapping[str, ModelPrice],
+        max_total_tokens: int | None,
+        max_cost: float | None,
     ) -> None:
-        self.price = price
+        self.prices = prices
         self.max_total_tokens = max_total_tokens
         self.max_cost = max_cost
         self.totals: dict[str, int] = {}
-        self.cost: float | None = 0.0 if price is not None else None
+        self.cost: float | None = 0.0 if prices else None
 
-    def add(self, usage: Mapping[str, int]) -> float | None:
-        """Count one call's usage; return its cost (None without a price)."""
+    def add(self, usage: Mapping[str, int], model: str) -> float | None:
+        """Count one call's usage on ``model``; return its cost (None without its price)."""
         totals = self.totals
         for key, value in usage.items():
             totals[key] = totals.get(key, 0) + value
-        if self.price is None:
+        price = self.prices.get(model)
+        if price is None:
             return None
-        cost = self.price.cost(usage)
+        cost = price.cost(usage)
         self.cost = (self.cost or 0.0) + cost
         return cost
 

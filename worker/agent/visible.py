@@ -16,7 +16,7 @@ import re
 import time
 
 from reactq.shared.bus import TurnEmitter
-from reactq.shared.events import DeltaEvent
+from reactq.shared.events import DeltaEvent, ReasoningEvent
 
 __all__ = ["DeltaBuffer", "VisibleText"]
 
@@ -117,22 +117,31 @@ def _may_become_marker(line: str) -> bool:
 class DeltaBuffer:
     """Coalesces streamed text into ``delta`` events: at most one per ``interval`` seconds.
 
-    With ``visible`` (the text modes), only the final answer's text goes out.
+    With ``visible`` (the text modes), only the final answer's text goes out;
+    ``event`` is the event type to publish (``ReasoningEvent`` for reasoning text).
     """
 
-    __slots__ = ("buffer", "emitter", "interval", "last", "visible")
+    __slots__ = ("buffer", "emitter", "event", "interval", "last", "received", "visible")
 
     def __init__(
-        self, emitter: TurnEmitter, interval: float, visible: VisibleText | None = None
+        self,
+        emitter: TurnEmitter,
+        interval: float,
+        visible: VisibleText | None = None,
+        event: type[DeltaEvent | ReasoningEvent] = DeltaEvent,
     ) -> None:
         self.emitter = emitter
+        self.event = event
         self.interval = interval
         self.visible = visible
         self.buffer: list[str] = []
         self.last = time.monotonic()
+        self.received = False
+        """True once a piece arrived (it may have been shown)."""
 
     async def add(self, text: str) -> None:
         """Take one streamed piece (what ``visible`` lets through of it)."""
+        self.received = True
         if self.visible is not None:
             text = self.visible.feed(text)
             if not text:
@@ -145,5 +154,5 @@ class DeltaBuffer:
         """Publish what is gathered, as one ``delta`` event."""
         if self.buffer:
             text, self.buffer = "".join(self.buffer), []
-            await self.emitter.emit(DeltaEvent, text=text)
+            await self.emitter.emit(self.event, text=text)
         self.last = time.monotonic()

@@ -80,6 +80,11 @@ class LLMResponse:
     """Why it stopped (stop, tool_calls, length, ...), as the endpoint said."""
     usage: dict[str, int] = field(default_factory=dict)
     """Token counts: prompt_tokens, completion_tokens, total_tokens."""
+    reasoning: str | None = None
+    """Reasoning text the provider sent beside the answer (``reasoning_content`` or
+    ``reasoning``: DeepSeek, vLLM, llama.cpp); None when it sent none."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Fields of the provider's message reactq does not know, as sent (kept, not replayed)."""
 
     @property
     def truncated(self) -> bool:
@@ -93,7 +98,8 @@ class LLMClient(Protocol):
 
     Implementations raise ``shared.errors.LLMError`` subclasses for failures.
     With ``stream=True`` they call ``on_delta`` with each piece of text as it
-    arrives; cancelling the call must close the stream.
+    arrives, and ``on_reasoning`` (when given) with each piece of reasoning text;
+    cancelling the call must close the stream.
     """
 
     async def complete(
@@ -105,6 +111,7 @@ class LLMClient(Protocol):
         stream: bool = False,
         options: RequestOptions | None = None,
         on_delta: DeltaSink | None = None,
+        on_reasoning: DeltaSink | None = None,
     ) -> LLMResponse:
         """Ask the model for its next message."""
         ...

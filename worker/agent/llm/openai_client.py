@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2
@@ -43,6 +44,7 @@ from reactq.shared.errors import (
     LLMUndecodableError,
 )
 from reactq.worker.agent.llm.base import DEFAULT_OPTIONS, DeltaSink, LLMResponse, RequestOptions
+from reactq.worker.agent.llm.direct import DirectPost
 from reactq.worker.agent.llm.parse import (
     StreamAssembler,
     from_completion_json,
@@ -68,7 +70,8 @@ class OpenAICompatibleClient:
     passes the settings' (OPENAI_BASE_URL, OPENAI_API_KEY).
 
     ``max_retries`` / ``retry_base_delay`` / ``retry_max_delay`` /
-    ``retry_max_total`` shape the ``RetryPolicy`` (or pass ``retry=`` whole).
+    ``retry_max_total`` shape the ``RetryPolicy`` (or pass ``retry=`` whole);
+    ``headers`` are sent with every request.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class OpenAICompatibleClient:
         retry_max_delay: float = 8.0,
         retry_max_total: float = 60.0,
         retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
@@ -101,12 +105,16 @@ class OpenAICompatibleClient:
             base_url=base_url or DEFAULT_BASE_URL,
             timeout=timeout,
             max_retries=0,  # RetryPolicy retries; the SDK must not multiply it
+            default_headers=dict(headers) if headers else None,
             # The SDK's aiohttp transport: about 0.75 ms less CPU a call than its
             # default one, which under hundreds of calls in flight is most of a
             # worker's HTTP cost (bench/pool.py --scenario cpu).
             http_client=openai.DefaultAioHttpClient(timeout=timeout),
         )
         self._create = self._client.chat.completions.create
+        # Non-streamed calls skip the SDK's request layer when the client is ours
+        # (llm/direct.py); a client passed in may be set up in ways only it knows.
+        self._direct = DirectPost(self._client, timeout) if self._owns_client else None
 
     @property
     def base_url(self) -> str:
@@ -126,6 +134,7 @@ class OpenAICompatibleClient:
         stream: bool = False,
         options: RequestOptions | None = None,
         on_delta: DeltaSink | None = None,
+        on_reasoning: DeltaSink | None = None,
     ) -> LLMResponse:
         """One chat completion, retried per the policy; raises an ``LLMError`` subclass."""
         model = model or self.model or ""
@@ -139,7 +148,7 @@ class OpenAICompatibleClient:
             delivered = [False]  # a stream that already showed text is never re-run
             try:
                 if stream:
-                    return await self._complete_stream(body, on_delta, delivered)
+                    return await self._complete_stream(body, on_delta, on_reasoning, delivered)
                 return from_completion_json(await self._post(body))
             except LLMError as exc:
                 error = self._redacted(exc)
@@ -164,16 +173,24 @@ class OpenAICompatibleClient:
     async def _post(self, body: dict[str, Any]) -> Any:
         """One non-streamed completion as decoded JSON.
 
-        Through the SDK's ``post`` (its documented way to call an endpoint with a body
-        as given): the same client, auth, timeouts and error classes as ``create``,
-        without building typed params and a typed ``ChatCompletion`` we would only
-        take apart again, which was half the CPU of a call.
+        On our own client, ``DirectPost`` (llm/direct.py): the request the SDK builds,
+        sent on aiohttp, its answer judged by the SDK. On a client passed in, the
+        SDK's ``post`` (its documented way to call an endpoint with a body as given):
+        the same client, auth, timeouts and error classes as ``create``, without
+        building typed params and a typed ``ChatCompletion`` we would only take apart
+        again, which was half the CPU of a call.
         """
+        if self._direct is not None:
+            return await self._direct.post(body)
         response = await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response)
         return json.loads(response.content)
 
     async def _complete_stream(
-        self, body: dict[str, Any], on_delta: DeltaSink | None, delivered: list[bool]
+        self,
+        body: dict[str, Any],
+        on_delta: DeltaSink | None,
+        on_reasoning: DeltaSink | None,
+        delivered: list[bool],
     ) -> LLMResponse:
         stream = await self._create(
             **_create_kwargs(body), stream=True, stream_options={"include_usage": True}
@@ -184,7 +201,12 @@ class OpenAICompatibleClient:
             if on_delta is not None:
                 await on_delta(text)
 
-        assembler = StreamAssembler(sink)
+        async def reasoning_sink(text: str) -> None:
+            delivered[0] = True
+            if on_reasoning is not None:
+                await on_reasoning(text)
+
+        assembler = StreamAssembler(sink, reasoning_sink)
         try:
             async for chunk in stream:
                 await assembler.add(chunk)
@@ -209,6 +231,8 @@ class OpenAICompatibleClient:
 
     async def aclose(self) -> None:
         """Close the HTTP connections (only when this object created the SDK client)."""
+        if self._direct is not None:
+            await self._direct.aclose()
         if self._owns_client:
             await self._client.close()
 

@@ -29,6 +29,41 @@ __all__ = [
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+# Where providers put reasoning text: DeepSeek, llama.cpp and older vLLM the first,
+# newer vLLM and OpenRouter the second.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+# Message fields reactq reads itself; any other non-empty one is kept in ``extra``.
+_KNOWN_FIELDS = frozenset({"role", "content", "tool_calls", *REASONING_FIELDS})
+
+
+def split_fields(fields: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """A message's (or a delta's) reasoning text, and its other fields reactq does not
+    know (empty ones dropped: ``refusal: null``, ``annotations: []``)."""
+    reasoning = None
+    for name in REASONING_FIELDS:
+        value = fields.get(name)
+        if isinstance(value, str) and value and reasoning is None:
+            reasoning = value
+    extra = {
+        k: v
+        for k, v in fields.items()
+        if v not in (None, "", [], {})
+        and (k not in _KNOWN_FIELDS or (k in REASONING_FIELDS and v != reasoning))
+    }
+    return reasoning, extra
+
+
+def merge_extra(into: dict[str, Any], piece: dict[str, Any]) -> None:
+    """Add a streamed delta's unknown fields: text is concatenated, lists extended, any
+    other value replaced."""
+    for key, value in piece.items():
+        old = into.get(key)
+        if isinstance(old, str) and isinstance(value, str):
+            into[key] = old + value
+        elif isinstance(old, list) and isinstance(value, list):
+            into[key] = old + value
+        else:
+            into[key] = value
 
 
 def mentions_context_length(code: str | None, message: str) -> bool:
@@ -100,11 +135,14 @@ def from_completion_json(data: Any) -> LLMResponse:
             )
         )
     usage = data.get("usage") or {}
+    reasoning, extra = split_fields(message)
     return LLMResponse(
         content=message.get("content"),
         tool_calls=calls,
         finish_reason=choice.get("finish_reason"),
         usage={k: v for k in _USAGE_KEYS if isinstance(v := usage.get(k), int)},
+        reasoning=reasoning,
+        extra=extra,
     )
 
 
@@ -115,9 +153,14 @@ class StreamAssembler:
     by ``id`` (a new id opens a new call, no id continues the last one).
     """
 
-    def __init__(self, on_delta: DeltaSink | None = None) -> None:
+    def __init__(
+        self, on_delta: DeltaSink | None = None, on_reasoning: DeltaSink | None = None
+    ) -> None:
         self.on_delta = on_delta
+        self.on_reasoning = on_reasoning
         self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.extra: dict[str, Any] = {}
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, int] = {}
@@ -141,6 +184,14 @@ class StreamAssembler:
             delta = choice.delta
             if delta is None:
                 continue
+            if delta.model_extra:
+                reasoning, extra = split_fields(delta.model_extra)
+                if extra:
+                    merge_extra(self.extra, extra)
+                if reasoning:
+                    self.reasoning.append(reasoning)
+                    if self.on_reasoning is not None:
+                        await self.on_reasoning(reasoning)
             if delta.content:
                 self.content.append(delta.content)
                 if self.on_delta is not None:
@@ -189,4 +240,6 @@ class StreamAssembler:
             tool_calls=calls,
             finish_reason=self.finish_reason,
             usage=self.usage,
+            reasoning="".join(self.reasoning) if self.reasoning else None,
+            extra=self.extra,
         )

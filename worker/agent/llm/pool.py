@@ -38,10 +38,19 @@ class LLMClientPool:
         stream: bool = False,
         options: RequestOptions | None = None,
         on_delta: DeltaSink | None = None,
+        on_reasoning: DeltaSink | None = None,
     ) -> LLMResponse:
         """Ask the model, through the next client."""
+        # Only when given: a custom client may predate the argument.
+        reasoning = {"on_reasoning": on_reasoning} if on_reasoning is not None else {}
         return await next(self._next).complete(
-            messages, model=model, tools=tools, stream=stream, options=options, on_delta=on_delta
+            messages,
+            model=model,
+            tools=tools,
+            stream=stream,
+            options=options,
+            on_delta=on_delta,
+            **reasoning,
         )
 
     async def aclose(self) -> None:

@@ -50,6 +50,13 @@ class Reply:
     """Streams: drop the connection after this many SSE events (a stream cut mid-way)."""
     stall_after: int | None = None
     """Streams: after this many SSE events, send nothing more until the client hangs up."""
+    reasoning: str | None = None
+    """Reasoning text sent before the answer (streamed in ``pieces`` like the text)."""
+    reasoning_field: str = "reasoning_content"
+    """The message field the reasoning goes in (``reasoning`` for newer vLLM, OpenRouter)."""
+    fields: Mapping[str, Any] | None = None
+    """More fields of the assistant message, as a provider of its own adds them (in the
+    first chunk of a stream)."""
 
     def but(self, **changes: Any) -> Reply:
         """A copy with some fields changed (``Reply.text("x").but(delay=0.05)``)."""
@@ -128,7 +135,8 @@ def _usage(reply: Reply, request: Mapping[str, Any]) -> dict[str, int]:
         return dict(reply.usage)
     # A rough, deterministic count: about four characters a token.
     prompt = max(1, len(json.dumps(request.get("messages", []), ensure_ascii=False)) // 4)
-    written = len(reply.content or "") + sum(len(n) + len(a) for n, a in reply.calls)
+    written = len(reply.content or "") + len(reply.reasoning or "")
+    written += sum(len(n) + len(a) for n, a in reply.calls)
     completion = max(1, written // 4)
     return {
         "prompt_tokens": prompt,
@@ -151,6 +159,9 @@ def _split(text: str, pieces: int) -> list[str]:
 def completion_body(reply: Reply, request: Mapping[str, Any]) -> dict[str, Any]:
     """The non-streamed ``chat.completion`` object."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.reasoning is not None:
+        message[reply.reasoning_field] = reply.reasoning
+    message.update(reply.fields or {})
     if reply.calls:
         message["tool_calls"] = [
             {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
@@ -178,7 +189,11 @@ def stream_chunks(reply: Reply, request: Mapping[str, Any]) -> list[dict[str, An
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-    out = [chunk({"role": "assistant", "content": ""})]
+    out = [chunk({"role": "assistant", "content": "", **(reply.fields or {})})]
+    out += [
+        chunk({reply.reasoning_field: piece})
+        for piece in _split(reply.reasoning or "", reply.pieces)
+    ]
     out += [chunk({"content": piece}) for piece in _split(reply.content or "", reply.pieces)]
     for index, (cid, (name, args)) in enumerate(zip(_ids(reply), reply.calls, strict=True)):
         head = {"index": index, "id": cid, "type": "function"}

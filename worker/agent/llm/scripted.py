@@ -62,14 +62,18 @@ class ScriptedLLM:
         stream: bool = False,
         options: RequestOptions | None = None,
         on_delta: DeltaSink | None = None,
+        on_reasoning: DeltaSink | None = None,
     ) -> LLMResponse:
         """The next scripted response; LLMResponseError when the script is used up.
 
-        With ``stream`` and ``on_delta``, the response's text is delivered as one delta.
+        With ``stream``, the response's reasoning goes to ``on_reasoning`` and its text
+        to ``on_delta``, each as one piece.
         """
         extra = {"options": options} if options is not None else {}
         self.calls.append(ScriptedCall(list(messages), model, tools, stream, extra))
         response = await self._next(messages, tools)
+        if stream and on_reasoning is not None and response.reasoning:
+            await on_reasoning(response.reasoning)
         if stream and on_delta is not None and response.content:
             await on_delta(response.content)
         return response

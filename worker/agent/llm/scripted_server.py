@@ -40,7 +40,8 @@ class ScriptedServer:
     Use ``async with ScriptedServer(handler) as server`` on the caller's loop, or
     ``ScriptedServer(handler).start_in_thread()`` / ``stop()`` to host it on a
     private loop in a thread. ``requests`` keeps the last ``max_requests``
-    request bodies received (oldest first).
+    request bodies received (oldest first), ``request_headers`` their HTTP headers
+    (names in lower case).
     """
 
     def __init__(
@@ -60,6 +61,7 @@ class ScriptedServer:
         self.port = port
         self.max_requests = max_requests
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
         self.request_count = 0
         self.streams_abandoned = 0
         """Streams the client closed before their end (a cancelled generation)."""
@@ -198,7 +200,7 @@ class ScriptedServer:
             body = await reader.readexactly(length) if length else b""
         path = target.split("?", 1)[0].rstrip("/")
         if method == "POST" and path.endswith("/chat/completions"):
-            await self._chat(body, reader, writer, close=not keep_alive)
+            await self._chat(body, headers, reader, writer, close=not keep_alive)
         elif method == "GET" and path.endswith("/models"):
             listing = {
                 "object": "list",
@@ -213,6 +215,7 @@ class ScriptedServer:
     async def _chat(
         self,
         body: bytes,
+        headers: dict[str, str],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         *,
@@ -228,8 +231,10 @@ class ScriptedServer:
             return
         self.request_count += 1
         self.requests.append(request)
+        self.request_headers.append(headers)
         if len(self.requests) > self.max_requests:
             del self.requests[: len(self.requests) - self.max_requests]
+            del self.request_headers[: len(self.request_headers) - self.max_requests]
         if self.latency:
             await asyncio.sleep(self.latency)
         try:

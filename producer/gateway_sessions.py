@@ -1,0 +1,350 @@
+"""The gateway's session routes: list, show, tag and delete sessions, their turns and
+their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
+
+    GET    /v1/sessions                          list: agent, metadata, updated_since, cursor
+    GET    /v1/sessions/{id}                     one session's summary          404
+    PATCH  /v1/sessions/{id}                     merge into its metadata        404 422
+    DELETE /v1/sessions/{id}?force=              delete it (force: cancel its running turn)  404 409
+    GET    /v1/sessions/{id}/turns               its turns, oldest first        404
+    GET    /v1/sessions/{id}/branches            its branches                   404
+    POST   /v1/sessions/{id}/branches            fork                           201 404 409 422
+    PUT    /v1/sessions/{id}/active_branch       switch                         404
+    POST   /v1/sessions/{id}/truncate            cut a branch                   404
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
+from pydantic import StringConstraints
+
+from reactq.producer.client import Producer
+from reactq.producer.gateway_errors import GatewayError, state_store_errors
+from reactq.producer.gateway_models import (
+    AGENT_PATTERN,
+    ErrorBody,
+    ForkRequest,
+    MetadataPatch,
+    SessionList,
+    SessionSummary,
+    SwitchRequest,
+    Truncated,
+    TruncateRequest,
+)
+from reactq.producer.sessions import SessionDeleted, SessionDetail
+from reactq.producer.turn_lookup import TurnInfo
+from reactq.shared.errors import (
+    BranchError,
+    BranchNotFoundError,
+    InvalidCursorError,
+    InvalidMetadataError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
+from reactq.shared.state import BranchInfo
+from reactq.shared.state.listing import MAX_LIMIT
+from reactq.shared.turns import SESSION_ID_RE
+
+SessionId = Annotated[
+    str,
+    PathParam(
+        pattern=SESSION_ID_RE.pattern,
+        description="The session (1-128 of [A-Za-z0-9._:-], not '.' or '..')",
+    ),
+]
+
+MetadataPair = Annotated[str, StringConstraints(pattern=r"^[^=]+=")]
+"""A ``metadata`` filter of a listing: KEY=VALUE."""
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such session (``session_not_found``)"}
+}
+_BRANCH_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": ErrorBody,
+        "description": "No such session (``session_not_found``) or branch (``branch_not_found``)",
+    }
+}
+
+
+def _producer(request: Request) -> Producer:
+    producer: Producer = request.app.state.gateway.producer
+    return producer
+
+
+ProducerDep = Annotated[Producer, Depends(_producer)]
+
+router = APIRouter(tags=["sessions"])
+
+
+@contextlib.contextmanager
+def _answers() -> Iterator[None]:
+    """The producer's refusals as the gateway's error bodies (and a state store that
+    does not answer as a 503)."""
+    try:
+        with state_store_errors():
+            yield
+    except SessionNotFoundError as exc:
+        raise GatewayError(exc.message, status=404, error_code=exc.code) from None
+    except BranchNotFoundError as exc:
+        raise GatewayError(exc.message, status=404, error_code=exc.code) from None
+    except BranchError as exc:
+        if "from_sequence" in exc.details:
+            raise GatewayError(
+                exc.message, status=422, error_code=exc.code, field="body.from_sequence"
+            ) from None
+        # A branch id that is taken (the schema checks its form).
+        raise GatewayError(
+            exc.message, status=409, error_code=exc.code, field="body.name"
+        ) from None
+    except SessionBusyError as exc:
+        raise GatewayError(exc.message, status=409, error_code=exc.code) from None
+    except InvalidCursorError as exc:
+        raise GatewayError(
+            exc.message, status=422, error_code=exc.code, field="query.cursor"
+        ) from None
+    except InvalidMetadataError as exc:
+        raise GatewayError(
+            exc.message, status=422, error_code=exc.code, field="body.metadata"
+        ) from None
+
+
+def _metadata_filter(pairs: list[MetadataPair]) -> dict[str, Any] | None:
+    """``KEY=VALUE`` pairs as a metadata filter: a VALUE that reads as JSON is that
+    value (``tier=2`` the number), else the text (``user=u-1``)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out or None
+
+
+def _only_query(*names: str) -> Any:
+    """A dependency refusing query parameters other than ``names`` (a misspelt filter
+    would otherwise list every session)."""
+
+    async def check(request: Request) -> None:
+        for name in request.query_params:
+            if name not in names:
+                raise GatewayError(
+                    f"unknown query parameter {name[:60]!r}: use {', '.join(names)}",
+                    status=422,
+                    error_code="invalid_request",
+                    field=f"query.{name[:60]}",
+                )
+
+    return Depends(check)
+
+
+async def _detail(producer: Producer, session_id: str) -> SessionDetail:
+    detail = await producer.get_session(session_id)
+    if detail is None:
+        raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+    return detail
+
+
+@router.get(
+    "/sessions",
+    response_model=SessionList,
+    summary="List sessions",
+    dependencies=[_only_query("agent", "metadata", "updated_since", "limit", "cursor")],
+    responses={
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid input: a cursor that is not one a listing handed out "
+            "(``invalid_cursor``), an unknown query parameter; ``field`` says which",
+        }
+    },
+)
+async def list_sessions(
+    producer: ProducerDep,
+    agent: Annotated[
+        str | None, Query(pattern=AGENT_PATTERN, description="Only its sessions")
+    ] = None,
+    metadata: Annotated[
+        list[MetadataPair] | None,
+        Query(
+            description="KEY=VALUE, repeatable: sessions whose metadata has KEY with VALUE "
+            '(JSON, such as 2, true or "2", else the text)',
+        ),
+    ] = None,
+    updated_since: Annotated[
+        float | None, Query(description="Unix time: sessions written at or after it")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Sessions a page")] = 50,
+    cursor: Annotated[
+        str | None, Query(max_length=1000, description="A page's next_cursor")
+    ] = None,
+) -> SessionList:
+    """The stored sessions, newest first, a page at a time."""
+    wanted = _metadata_filter(metadata or [])
+    with _answers():
+        page = await producer.list_sessions(
+            agent=agent, metadata=wanted, updated_since=updated_since, limit=limit, cursor=cursor
+        )
+    return SessionList(
+        sessions=[SessionSummary.model_validate(s, from_attributes=True) for s in page.sessions],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.get(
+    "/sessions/{session_id}",
+    response_model=SessionDetail,
+    summary="A session",
+    responses=_NOT_FOUND,
+)
+async def get_session(session_id: SessionId, producer: ProducerDep) -> SessionDetail:
+    """Its agent, active branch, message count, turns, last turn, usage and metadata."""
+    with _answers():
+        return await _detail(producer, session_id)
+
+
+@router.patch(
+    "/sessions/{session_id}",
+    response_model=SessionDetail,
+    summary="Change a session's metadata",
+    responses=_NOT_FOUND,
+)
+async def patch_session(
+    session_id: SessionId, body: MetadataPatch, producer: ProducerDep
+) -> SessionDetail:
+    """Merge ``metadata`` into the session's: a key set to null is removed."""
+    with _answers():
+        await producer.update_session_metadata(session_id, body.metadata)
+        return await _detail(producer, session_id)
+
+
+@router.delete(
+    "/sessions/{session_id}",
+    response_model=SessionDeleted,
+    summary="Delete a session",
+    dependencies=[_only_query("force")],
+    responses={
+        **_NOT_FOUND,
+        409: {
+            "model": ErrorBody,
+            "description": "A turn of the session runs (``session_busy``): pass force=true to "
+            "cancel it first",
+        },
+    },
+)
+async def delete_session(
+    session_id: SessionId,
+    producer: ProducerDep,
+    force: Annotated[
+        bool, Query(description="Cancel a running turn first (and wait for it to stop)")
+    ] = False,
+) -> SessionDeleted:
+    """Delete the session's state, Redis keys, queued turns (cancelled first) and
+    workspace; the audit log keeps its events."""
+    with _answers():
+        return await producer.delete_session(session_id, force=force)
+
+
+@router.get(
+    "/sessions/{session_id}/turns",
+    response_model=list[TurnInfo],
+    summary="A session's turns",
+    responses=_NOT_FOUND,
+)
+async def session_turns(session_id: SessionId, producer: ProducerDep) -> list[TurnInfo]:
+    """Its turns, oldest first, with status, attempt, final, usage and times."""
+    with _answers():
+        turns = await producer.session_turns(session_id)
+        if not turns and await (await producer.store()).get_session(session_id) is None:
+            raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+    return turns
+
+
+@router.get(
+    "/sessions/{session_id}/branches",
+    response_model=list[BranchInfo],
+    summary="A session's branches",
+    responses=_NOT_FOUND,
+)
+async def list_branches(session_id: SessionId, producer: ProducerDep) -> list[BranchInfo]:
+    """Its branches, oldest first: which one is active, their lengths."""
+    with _answers():
+        branches = await producer.branches(session_id)
+        if not branches:
+            raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+    return branches
+
+
+@router.post(
+    "/sessions/{session_id}/branches",
+    status_code=201,
+    response_model=BranchInfo,
+    summary="Fork a branch",
+    responses={
+        **_BRANCH_NOT_FOUND,
+        409: {"model": ErrorBody, "description": "The branch id is taken (``branch_error``)"},
+        422: {
+            "model": ErrorBody,
+            "description": "The fork point is past the branch's end (``branch_error``)",
+        },
+    },
+)
+async def fork(session_id: SessionId, body: ForkRequest, producer: ProducerDep) -> BranchInfo:
+    """Start a branch keeping messages 1..from_sequence ("edit a turn" is a fork, then
+    a submit); the original line stays."""
+    with _answers():
+        branch_id = await producer.fork(
+            session_id,
+            body.from_sequence,
+            branch=body.branch,
+            new_branch=body.name,
+            activate=body.activate,
+        )
+        branches = await producer.branches(session_id)
+    return next(b for b in branches if b.branch_id == branch_id)
+
+
+@router.put(
+    "/sessions/{session_id}/active_branch",
+    response_model=SessionDetail,
+    summary="Switch the active branch",
+    responses=_BRANCH_NOT_FOUND,
+)
+async def switch(
+    session_id: SessionId, body: SwitchRequest, producer: ProducerDep
+) -> SessionDetail:
+    """Make a branch the active one: the turns that start next run on it."""
+    with _answers():
+        await producer.switch_branch(session_id, body.branch)
+        return await _detail(producer, session_id)
+
+
+@router.post(
+    "/sessions/{session_id}/truncate",
+    response_model=Truncated,
+    summary="Cut a branch",
+    responses=_BRANCH_NOT_FOUND,
+)
+async def truncate(
+    session_id: SessionId, body: TruncateRequest, producer: ProducerDep
+) -> Truncated:
+    """Delete a branch's own messages after ``after`` (inherited ones stay; a branch
+    forked inside the cut keeps its history)."""
+    with _answers():
+        before = await producer.branches(session_id)
+        if not before:
+            raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+        name = body.branch or next(b.branch_id for b in before if b.active)
+        if name not in {b.branch_id for b in before}:
+            raise BranchNotFoundError(
+                f"session {session_id} has no branch {name!r}", branch_id=name
+            )
+        await producer.truncate(session_id, body.after, branch=name)
+        after = await producer.branches(session_id)
+    length = next(b.length for b in after if b.branch_id == name)
+    return Truncated(session_id=session_id, branch_id=name, length=length)

@@ -1,0 +1,26 @@
+"""Where a session's workspace lives under ``REACTQ_WORKSPACE_ROOT``.
+
+The file tools (``reactq.bundles``) create it; deleting a session
+(``Producer.delete_session``) removes it. Both sides name it here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = ["workspace_dir_name"]
+
+_PLAIN_SESSION = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}")
+
+
+def workspace_dir_name(session_id: str) -> str:
+    """The directory name of a (non-empty) session id's workspace.
+
+    A protocol-valid id is its own name, unless it could mean something else to
+    the filesystem (``.``, ``..``, a hidden name): those, and anything else, get
+    ``~`` and a hash, which no valid id can spell.
+    """
+    if _PLAIN_SESSION.fullmatch(session_id):
+        return session_id
+    return "~" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
