@@ -22,8 +22,10 @@ from typing import Any
 import aiohttp
 import httpx2
 import openai
+from aiohttp.helpers import get_env_proxy_for_url
 from openai import AsyncOpenAI
 from openai._models import FinalRequestOptions
+from yarl import URL
 
 # Headers the SDK sets per attempt; the session's own are recomputed by aiohttp.
 _PER_REQUEST = frozenset(
@@ -49,20 +51,27 @@ class DirectPost:
         self._url = str(template.url)
         self._headers = {k: v for k, v in template.headers.items() if k not in _PER_REQUEST}
         self._session: aiohttp.ClientSession | None = None
+        # A proxy from the environment, as the SDK's httpx client would use, looked
+        # up once: aiohttp's trust_env looks again on a thread for every request.
+        self._proxy: dict[str, Any] = {}
+        try:
+            proxy, auth = get_env_proxy_for_url(URL(self._url))
+            self._proxy = {"proxy": proxy, "proxy_auth": auth}
+        except LookupError:
+            pass
 
     async def post(self, body: dict[str, Any]) -> Any:
         """One completion: the decoded JSON of a 2xx answer, or the SDK's error."""
         session = self._session
         if session is None or session.closed:
-            # trust_env: proxies from the environment, as the SDK's httpx client does.
             session = self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=CONNECTIONS), trust_env=True
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS)
             )
         # As httpx encodes the SDK's JSON: compact, UTF-8, no NaN.
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         try:
             async with session.post(
-                self._url, data=data, headers=self._headers, timeout=self._timeout
+                self._url, data=data, headers=self._headers, timeout=self._timeout, **self._proxy
             ) as response:
                 content = await response.read()
                 status, headers = response.status, list(response.headers.items())
