@@ -61,6 +61,10 @@ _PATTERNS = [
     ),
 ]
 
+# What each of _PATTERNS needs to match somewhere in the text: one search that
+# finds none of it spares a line the five substitutions (most lines, at a turn's pace).
+_CANDIDATE = re.compile(r"(?i)authorization|bearer|basic|sk-|://|api[_-]?key|password|secret|token")
+
 # Environment variables whose values are secrets by their name.
 _SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL)")
 
@@ -150,6 +154,8 @@ class RedactingFilter(logging.Filter):
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
+        if not _CANDIDATE.search(text):
+            return text
         for pattern, repl in _PATTERNS:
             if repl is None:
                 text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
