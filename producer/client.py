@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from pydantic_core import to_json
 from redis.asyncio import Redis
 
 from reactq.producer import sessions
@@ -23,7 +22,6 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     ConfigError,
     InvalidMessageError,
-    InvalidMetadataError,
     InvalidTurnError,
     TurnRejectedError,
     UnknownAgentError,
@@ -40,7 +38,8 @@ from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.redis_client import connect
 from reactq.shared.settings import Settings
-from reactq.shared.state import BranchInfo, SessionPage, StateStore, open_store
+from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
+from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides
 from reactq.shared.turns import (
     MultitaskStrategy,
     TurnRequest,
@@ -56,6 +55,7 @@ __all__ = [
     "Producer",
     "SessionDeleted",
     "SessionDetail",
+    "SessionUsage",
     "TurnHandle",
     "TurnInfo",
 ]
@@ -92,24 +92,6 @@ def _check_text(message: str) -> None:
         raise InvalidMessageError(
             f"the message holds a lone surrogate at character {exc.start}: send valid Unicode text"
         ) from None
-
-
-def _check_metadata(metadata: object) -> dict[str, Any]:
-    """The turn's metadata (``{}`` for None) if it travels as JSON, else
-    InvalidMetadataError; nothing is enqueued."""
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict) or not all(isinstance(key, str) for key in metadata):
-        raise InvalidMetadataError("metadata must be a JSON object: a dict with string keys")
-    try:
-        # pydantic's serialiser refuses what UTF-8 cannot carry (a lone surrogate), a value
-        # JSON has no form for and a reference cycle. The turn's own model_dump_json would
-        # write a lone surrogate in a key as invalid UTF-8 that no worker can read.
-        to_json(metadata)
-    except ValueError as exc:
-        reason = str(exc).removeprefix("Error serializing to JSON: ")[:300]
-        raise InvalidMetadataError(f"metadata cannot be sent as JSON: {reason}") from None
-    return metadata
 
 
 class TurnHandle:
@@ -214,18 +196,29 @@ class Producer:
         agent: str,
         strategy: MultitaskStrategy | str = MultitaskStrategy.ENQUEUE,
         metadata: dict[str, Any] | None = None,
+        context: dict[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> TurnHandle:
         """Validate and enqueue a turn; returns its handle.
 
+        ``metadata`` is kept on the turn's record, in its status and in the audit log;
+        ``context`` (a JSON object up to REACTQ_MAX_CONTEXT_BYTES) reaches the tools
+        (``ToolContext.context``), hooks, policies and a system prompt that is a
+        function of the turn, and is never published; ``overrides`` change the loop
+        knobs the agent allows (``Agent(overridable=...)``) for this turn only.
+
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
-        session id, an empty, oversized or unencodable message, metadata that does not
-        travel as JSON, an unknown agent or a session that belongs to another agent;
-        TurnRejectedError when ``strategy="reject"`` finds the session busy.
+        session id, an empty, oversized or unencodable message, metadata or context that
+        does not travel as JSON (or a context over the limit), an override the agent
+        does not allow or a value its knob cannot take, an unknown agent or a session
+        that belongs to another agent; TurnRejectedError when ``strategy="reject"``
+        finds the session busy.
         """
         validate_session_id(session_id)
         validate_message(message, self.settings.max_message_bytes)
         _check_text(message)
-        metadata = _check_metadata(metadata)
+        metadata = check_metadata(metadata)
+        context = check_context(context, self.settings.max_context_bytes)
         if not isinstance(agent, str):
             # Before Redis is asked about it (redis-py refuses None with a DataError).
             raise UnknownAgentError(
@@ -238,18 +231,22 @@ class Producer:
             raise InvalidTurnError(
                 f"unknown strategy {strategy!r}: use one of {choices}", strategy=str(strategy)
             ) from None
-        if not await self.registry.agent_known(agent):
+        profile = await self.registry.agent_profile(agent)
+        if profile is None:
             raise UnknownAgentError(
                 f"no worker hosts agent {agent!r}: start one with "
                 f"`reactq worker --agents MODULE:ATTR` (namespace {self.settings.namespace!r})",
                 agent=agent,
             )
+        overrides = check_overrides(overrides, profile.overridable, agent)
         turn = TurnRequest(
             session_id=session_id,
             agent=agent,
             message=message,
             strategy=strategy,
             metadata=metadata,
+            context=context,
+            overrides=overrides,
         )
         outcome = await self.queue.submit(turn)
         if outcome.status is SubmitStatus.AGENT_MISMATCH:
@@ -272,7 +269,14 @@ class Producer:
                 self.publisher, session_id, dropped, f"superseded by {turn.turn_id}"
             )
         queued = await self.publisher.publish(
-            QueuedEvent(session_id=session_id, turn_id=turn.turn_id, agent=agent, message=message)
+            QueuedEvent(
+                session_id=session_id,
+                turn_id=turn.turn_id,
+                agent=agent,
+                message=message,
+                metadata=metadata,
+                overrides=overrides,
+            )
         )
         if outcome.needs_dispatch:
             await self.dispatcher.drain(session_id, agent)
@@ -465,6 +469,13 @@ class Producer:
         returns the result. SessionNotFoundError for a session the store lacks."""
         validate_session_id(session_id)
         return await (await self.store()).update_metadata(session_id, patch)
+
+    async def usage(self, session_id: str) -> SessionUsage:
+        """The session's token and cost totals over its committed turns, as the state
+        store keeps them (what ``session_max_tokens`` / ``session_max_cost`` check);
+        zeros for a session the store does not have."""
+        validate_session_id(session_id)
+        return await (await self.store()).session_usage(session_id)
 
     async def session_turns(self, session_id: str) -> list[TurnInfo]:
         """The session's turns, oldest first: status, attempt, final, usage and times."""

@@ -186,7 +186,13 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_require_key)], responses
 async def submit_turn(session_id: SessionId, body: TurnCreate, gateway: GatewayDep) -> TurnAccepted:
     """Validate and enqueue a turn; 409 when the strategy rejects it."""
     handle = await gateway.producer.submit(
-        session_id, body.message, agent=body.agent, strategy=body.strategy, metadata=body.metadata
+        session_id,
+        body.message,
+        agent=body.agent,
+        strategy=body.strategy,
+        metadata=body.metadata,
+        context=body.context,
+        overrides=body.overrides,
     )
     queued_id = handle.queued.id or "0"
     ms = int(queued_id.split("-")[0])

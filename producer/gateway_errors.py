@@ -23,12 +23,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from reactq.producer.gateway_models import ErrorBody, FieldError
 from reactq.shared.errors import (
     AgentMismatchError,
+    ContextTooLargeError,
     EmptyMessageError,
+    InvalidContextError,
     InvalidMessageError,
     InvalidMetadataError,
+    InvalidOverrideError,
     InvalidSessionIdError,
     InvalidTurnError,
     MessageTooLargeError,
+    OverrideNotAllowedError,
     ReactqError,
     TurnRejectedError,
     UnknownAgentError,
@@ -60,7 +64,8 @@ SUBMIT_REFUSALS: dict[int | str, dict[str, Any]] = {
     413: {
         "model": ErrorBody,
         "description": "The request body is over REACTQ_MAX_REQUEST_BYTES, or the message over "
-        "REACTQ_MAX_MESSAGE_BYTES (``field``: ``body.message``)",
+        "REACTQ_MAX_MESSAGE_BYTES (``field``: ``body.message``), or the context over "
+        "REACTQ_MAX_CONTEXT_BYTES (``context_too_large``, ``body.context``)",
     },
     422: {
         "model": ErrorBody,
@@ -68,6 +73,8 @@ SUBMIT_REFUSALS: dict[int | str, dict[str, Any]] = {
         "an agent no worker hosts (``field``: ``body.agent``), an empty or blank message "
         "(``empty_message``, ``body.message``), a body that is not JSON (``invalid_json``), "
         "metadata that does not serialise to JSON, such as a lone surrogate (``body.metadata``), "
+        "an override the agent does not allow or a value its knob cannot take "
+        "(``override_not_allowed``, ``invalid_override``, ``body.overrides``), "
         "a session id of '.' or '..' (``path.session_id``); "
         "``field`` and ``errors`` say which and why",
     },
@@ -82,6 +89,10 @@ _TURN_ERRORS: list[tuple[type[ReactqError], int, str | None]] = [
     (MessageTooLargeError, 413, "body.message"),
     (InvalidMessageError, 422, "body.message"),
     (InvalidMetadataError, 422, "body.metadata"),
+    (ContextTooLargeError, 413, "body.context"),
+    (InvalidContextError, 422, "body.context"),
+    (OverrideNotAllowedError, 422, "body.overrides"),
+    (InvalidOverrideError, 422, "body.overrides"),
     (UnknownAgentError, 422, "body.agent"),
     (AgentMismatchError, 409, "body.agent"),
     (InvalidTurnError, 422, None),

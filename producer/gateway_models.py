@@ -30,7 +30,14 @@ class TurnCreate(BaseModel):
     strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
     """What to do when the session is busy."""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    """Free-form data attached to the turn."""
+    """Free-form data attached to the turn: stored on its record, returned by
+    ``GET /v1/turns/{id}`` and kept in the audit log."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """What the turn's tools, hooks and system prompt may read (never published): at
+    most REACTQ_MAX_CONTEXT_BYTES as JSON (else 413)."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Loop knobs this turn changes, among those the agent allows (else 422 naming the
+    field)."""
 
 
 class TurnAccepted(BaseModel):

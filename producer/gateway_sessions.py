@@ -6,6 +6,7 @@ their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
     PATCH  /v1/sessions/{id}                     merge into its metadata        404 422
     DELETE /v1/sessions/{id}?force=              delete it (force: cancel its running turn)  404 409
     GET    /v1/sessions/{id}/turns               its turns, oldest first        404
+    GET    /v1/sessions/{id}/usage               its token and cost totals
     GET    /v1/sessions/{id}/branches            its branches                   404
     POST   /v1/sessions/{id}/branches            fork                           201 404 409 422
     PUT    /v1/sessions/{id}/active_branch       switch                         404
@@ -46,7 +47,7 @@ from reactq.shared.errors import (
     SessionBusyError,
     SessionNotFoundError,
 )
-from reactq.shared.state import BranchInfo
+from reactq.shared.state import BranchInfo, SessionUsage
 from reactq.shared.state.listing import MAX_LIMIT
 from reactq.shared.turns import SESSION_ID_RE
 
@@ -206,6 +207,19 @@ async def get_session(session_id: SessionId, producer: ProducerDep) -> SessionDe
     """Its agent, active branch, message count, turns, last turn, usage and metadata."""
     with _answers():
         return await _detail(producer, session_id)
+
+
+@router.get(
+    "/sessions/{session_id}/usage",
+    response_model=SessionUsage,
+    summary="A session's token and cost totals",
+)
+async def get_session_usage(session_id: SessionId, producer: ProducerDep) -> SessionUsage:
+    """Tokens and cost summed over its committed turns, as the state store keeps them
+    (what ``session_max_tokens`` / ``session_max_cost`` check); zeros for a session the
+    store does not have."""
+    with _answers():
+        return await producer.usage(session_id)
 
 
 @router.patch(

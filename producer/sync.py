@@ -33,7 +33,7 @@ from reactq.producer.client import (
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
-from reactq.shared.state import BranchInfo, SessionPage
+from reactq.shared.state import BranchInfo, SessionPage, SessionUsage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 T = TypeVar("T")
@@ -147,11 +147,19 @@ class SyncProducer:
         agent: str,
         strategy: MultitaskStrategy | str = MultitaskStrategy.ENQUEUE,
         metadata: dict[str, Any] | None = None,
+        context: dict[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None,
     ) -> SyncTurnHandle:
-        """Validate and enqueue a turn (raises like ``Producer.submit``)."""
+        """Validate and enqueue a turn (takes and raises like ``Producer.submit``)."""
         handle = self._loop.run(
             self.producer.submit(
-                session_id, message, agent=agent, strategy=strategy, metadata=metadata
+                session_id,
+                message,
+                agent=agent,
+                strategy=strategy,
+                metadata=metadata,
+                context=context,
+                overrides=overrides,
             )
         )
         return SyncTurnHandle(self._loop, handle)
@@ -255,6 +263,10 @@ class SyncProducer:
     def update_session_metadata(self, session_id: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Merge ``patch`` into the session's metadata; returns the result."""
         return self._loop.run(self.producer.update_session_metadata(session_id, patch))
+
+    def usage(self, session_id: str) -> SessionUsage:
+        """The session's token and cost totals (see ``Producer.usage``)."""
+        return self._loop.run(self.producer.usage(session_id))
 
     def session_turns(self, session_id: str) -> list[TurnInfo]:
         """The session's turns, oldest first (see ``Producer.session_turns``)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from reactq.shared.events import Event, FinalEvent, parse_event
+from reactq.shared.events import Event, FinalEvent, QueuedEvent, StartedEvent, parse_event
 from reactq.shared.redis_client import text
 from reactq.shared.state import TurnRecord
 from reactq.shared.turns import TurnStatus
@@ -72,6 +72,10 @@ class TurnInfo(BaseModel):
     forgot the turn or its events."""
     pending_approvals: list[PendingCall] = Field(default_factory=list)
     """The tool calls it waits for a decision on (status ``awaiting_approval``)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """What the producer attached to it (``submit(..., metadata=...)``)."""
+    config_version: str | None = None
+    """A hash of the definition of the agent that ran it (None before a worker did)."""
 
 
 def summarize(
@@ -86,14 +90,18 @@ def summarize(
     attempt = 0
     final: FinalEvent | None = None
     submitted = started = None
+    metadata: dict[str, Any] = {}
+    version: str | None = None
     for event in events:
-        if event.type == "queued" and submitted is None:
-            submitted = event.ts
-        elif event.type == "started":
+        if isinstance(event, QueuedEvent) and submitted is None:
+            submitted, metadata = event.ts, dict(event.metadata)
+        elif isinstance(event, StartedEvent):
             attempt = max(attempt, event.attempt)
             started = event.ts if started is None else started
+            version = event.config_version or version
         elif isinstance(event, FinalEvent) and final is None:
             final, attempt = event, max(attempt, event.attempt)
+            version = event.config_version or version
     if final is not None:
         status = final.status
     elif status is None:
@@ -110,6 +118,8 @@ def summarize(
         started_at=started,
         ended_at=None if final is None else final.ts,
         source=source,
+        metadata=metadata,
+        config_version=version,
     )
 
 
@@ -198,6 +208,8 @@ def with_record(info: TurnInfo, record: TurnRecord) -> TurnInfo:
             "attempt": max(info.attempt, record.attempt),
             "final_text": record.final_text if record.final_text is not None else info.final_text,
             "ended_at": info.ended_at if info.ended_at is not None else record.created_at,
+            "metadata": record.metadata or info.metadata,
+            "config_version": record.config_version or info.config_version,
         }
     )
 

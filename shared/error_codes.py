@@ -65,6 +65,10 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("message_too_large", False, "The user message is over REACTQ_MAX_MESSAGE_BYTES."),
         ("invalid_message", False, "The user message holds text UTF-8 cannot carry."),
         ("invalid_metadata", False, "The turn's metadata is not a JSON object UTF-8 can carry."),
+        ("invalid_context", False, "The turn's context is not a JSON object UTF-8 can carry."),
+        ("context_too_large", False, "The turn's context is over REACTQ_MAX_CONTEXT_BYTES."),
+        ("override_not_allowed", False, "The agent does not let a turn override that field."),
+        ("invalid_override", False, "An override's value is not one its field can take."),
         ("unknown_agent", False, "No worker hosts the named agent."),
         ("agent_mismatch", False, "The session belongs to another agent."),
         ("turn_rejected", True, "The reject strategy refused the turn: the session was busy."),
@@ -114,6 +118,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("empty_response", False, "NATIVE mode: the model answered nothing, twice."),
         ("tool_required", False, "The model kept answering without the tool it must call first."),
         ("budget_exceeded", False, "The turn spent its token or cost budget."),
+        ("session_budget_exceeded", False, "The session is over its token or cost budget."),
     ),
     *_codes(
         "tool",

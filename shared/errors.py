@@ -16,6 +16,11 @@
     │   ├── MessageTooLargeError     message_too_large
     │   ├── InvalidMessageError      invalid_message   (text UTF-8 cannot carry)
     │   ├── InvalidMetadataError     invalid_metadata  (not a JSON object UTF-8 can carry)
+    │   ├── InvalidContextError      invalid_context   (the turn's context: not a JSON object)
+    │   │   └── ContextTooLargeError context_too_large (over REACTQ_MAX_CONTEXT_BYTES)
+    │   ├── OverrideNotAllowedError  override_not_allowed (the agent does not let a turn
+    │   │                                               change that field)
+    │   ├── InvalidOverrideError     invalid_override  (an allowed field, a value it cannot take)
     │   ├── UnknownAgentError        unknown_agent
     │   └── AgentMismatchError       agent_mismatch
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
@@ -58,6 +63,8 @@
     │   ├── ToolRequiredError        tool_required     (require_tool_before_final: the
     │   │                                               model kept answering without a tool)
     │   └── BudgetExceededError      budget_exceeded   (max_total_tokens / max_cost)
+    │       └── SessionBudgetExceededError session_budget_exceeded (the session's totals are
+    │                                               over session_max_cost / _tokens)
     └── ToolError                    tool_error        (a tool signal the model reads; never
         │                                               escapes the loop)
         └── ToolDeniedError          tool_denied       (an intervention or the gate said no)
@@ -194,6 +201,30 @@ class InvalidMetadataError(InvalidTurnError):
     (a lone surrogate, a value JSON has no form for, a reference cycle)."""
 
     code = "invalid_metadata"
+
+
+class InvalidContextError(InvalidTurnError):
+    """The turn's context is not a dict with string keys, or does not serialise to JSON."""
+
+    code = "invalid_context"
+
+
+class ContextTooLargeError(InvalidContextError):
+    """The turn's context is over the size limit (REACTQ_MAX_CONTEXT_BYTES) as JSON."""
+
+    code = "context_too_large"
+
+
+class OverrideNotAllowedError(InvalidTurnError):
+    """A turn asked to override a field its agent does not list in ``overridable``."""
+
+    code = "override_not_allowed"
+
+
+class InvalidOverrideError(InvalidTurnError):
+    """A turn's override names an allowed field with a value that field cannot take."""
+
+    code = "invalid_override"
 
 
 class UnknownAgentError(InvalidTurnError):
@@ -371,6 +402,13 @@ class BudgetExceededError(AgentRunError):
     """The run used more tokens or money than its budget allows."""
 
     code = "budget_exceeded"
+
+
+class SessionBudgetExceededError(BudgetExceededError):
+    """The session's committed turns already spent ``session_max_cost`` or
+    ``session_max_tokens``: a new turn is refused before any model call."""
+
+    code = "session_budget_exceeded"
 
 
 class ToolError(ReactqError):

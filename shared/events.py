@@ -50,6 +50,10 @@ class QueuedEvent(BaseEvent):
     """The agent that will run it."""
     message: str
     """The user's message."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """What the producer attached to the turn (its context is never published)."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """The loop knobs this turn overrides, among those its agent allows."""
 
 
 class StartedEvent(BaseEvent):
@@ -61,6 +65,8 @@ class StartedEvent(BaseEvent):
     resumed_from_step: int | None = None
     """This attempt resumes the turn's checkpoint: how many steps it had completed
     (their tools do not run again); None: the turn runs from its start."""
+    config_version: str | None = None
+    """A hash of the definition of the agent that runs it (``Agent.config_version``)."""
 
 
 class ThoughtEvent(BaseEvent):
@@ -101,6 +107,20 @@ class ModelFallbackEvent(BaseEvent):
     """Why: the error code of the failure (``reactq errors``)."""
     message: str = ""
     """The failure, as the client reported it."""
+
+
+class RateLimitedEvent(BaseEvent):
+    """The turn waits for the pool's shared rate limit before its next model call
+    (once per wait, however often the worker looks again)."""
+
+    type: Literal["rate_limited"] = "rate_limited"
+    model: str
+    """The model whose budget is spent."""
+    wait: float
+    """Seconds the budget said to wait (it may grant earlier or later as others draw)."""
+    limit: str = "requests"
+    """Which budget: ``requests`` or ``tokens`` per minute, or ``provider`` (its own
+    ``x-ratelimit-*`` headers said nothing is left)."""
 
 
 class ActionEvent(BaseEvent):
@@ -187,6 +207,8 @@ class FinalEvent(BaseEvent):
     """Cumulative cost of the turn, when a price table is configured."""
     code: str | None = None
     """Why a run ended in error or over budget (an error code: ``reactq errors``)."""
+    config_version: str | None = None
+    """A hash of the definition of the agent that answered (None: no worker ran it)."""
 
 
 class ApprovalRequestedEvent(BaseEvent):
@@ -221,6 +243,7 @@ Event = Annotated[
     | DeltaEvent
     | ReasoningEvent
     | ModelFallbackEvent
+    | RateLimitedEvent
     | ActionEvent
     | ObservationEvent
     | ToolFailedEvent

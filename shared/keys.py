@@ -134,6 +134,12 @@ class Keys:
         """Every ``lease_deadlines`` set."""
         return self._every_shard("leases")
 
+    def rate_limit(self, bucket: str) -> str:
+        """A model's token bucket, shared by every worker (``protocol/ratelimit.py``):
+        ``bucket`` names an endpoint and model (``bucket_name``). Its hash tag is its own,
+        never a session's or a shard's: its scripts touch no other key."""
+        return f"{self.namespace}:ratelimit:{{rl:{bucket}}}"
+
     @property
     def agents(self) -> str:
         """A hash agent name -> JSON of the workers hosting it (with a heartbeat time)."""

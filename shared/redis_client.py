@@ -40,7 +40,22 @@ def lua_source(module: str, *names: str) -> str:
     each call (and the source again only after a ``SCRIPT FLUSH``).
     """
     root = resources.files(module.rpartition(".")[0])
-    return "\n".join(root.joinpath(f"{name}.lua").read_text(encoding="utf-8") for name in names)
+    source = "\n".join(root.joinpath(f"{name}.lua").read_text(encoding="utf-8") for name in names)
+    _SOURCES.add(source)
+    return source
+
+
+_SOURCES: set[str] = set()
+
+
+async def preload_scripts(redis: Redis) -> int:
+    """Load every script ``lua_source`` has read (on a cluster, on every primary);
+    returns how many. A worker calls this before its first turn: otherwise its first
+    burst of calls meets NOSCRIPT together and loads each script many times over,
+    which redis-py's cluster client does not always survive."""
+    for source in sorted(_SOURCES):
+        await redis.script_load(source)
+    return len(_SOURCES)
 
 
 def resilient_options() -> dict[str, Any]:

@@ -103,10 +103,23 @@ class Settings(BaseModel):
     llm_max_retries: int = Field(2, ge=0, json_schema_extra={"env": "REACTQ_LLM_MAX_RETRIES"})
     """Retries of a failed model request (429, 5xx, a dropped connection), for agents that
     set no ``max_retries``."""
+    llm_requests_per_minute: float | None = Field(
+        None, gt=0, json_schema_extra={"env": "REACTQ_LLM_REQUESTS_PER_MINUTE"}
+    )
+    """Model calls per minute the whole pool makes to ``OPENAI_BASE_URL``, per model, for
+    agents on it that set no ``rate_limit`` (a budget in Redis every worker shares)."""
+    llm_tokens_per_minute: int | None = Field(
+        None, gt=0, json_schema_extra={"env": "REACTQ_LLM_TOKENS_PER_MINUTE"}
+    )
+    """Tokens per minute, likewise (estimated before a call, corrected by its usage)."""
     max_message_bytes: int = Field(
         64 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_MESSAGE_BYTES"}
     )
     """Largest user message accepted by submit, in UTF-8 bytes."""
+    max_context_bytes: int = Field(
+        16 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_CONTEXT_BYTES"}
+    )
+    """Largest per-turn ``context`` accepted by submit, as JSON in UTF-8 bytes."""
     event_maxlen: int = Field(10_000, gt=0, json_schema_extra={"env": "REACTQ_EVENT_MAXLEN"})
     """Events kept per session stream (approximate cap)."""
     event_ttl_seconds: int = Field(

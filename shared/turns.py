@@ -128,7 +128,13 @@ class TurnRequest(BaseModel):
     strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
     """What to do when the session is busy."""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    """Free-form data the producer attached."""
+    """Free-form data the producer attached (stored on the turn's record, shown by its
+    status and kept in the audit log)."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """What the turn's tools, hooks, policies and system prompt may read (``ToolContext.
+    context``); travels with the turn only, never published in an event."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Loop knobs this turn changes, among those its agent allows (``overridable``)."""
     submitted_at: float = Field(default_factory=time.time)
     """Unix time of submission."""
 

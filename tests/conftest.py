@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_sync
 
+from reactq.shared.keys import Keys
 from reactq.shared.redis_client import forget_namespace
 from reactq.shared.redis_urls import node_url
 
@@ -293,3 +294,12 @@ def delete_amqp_queues(url: str, names: list[str]) -> None:
                 channel.queue_delete(name)
             except Exception:  # already gone, or never declared
                 channel = conn.channel()
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def where(request: pytest.FixtureRequest, redis_url: str, namespace: str) -> tuple[str, Keys]:
+    """Each test on a single Redis, then on a Redis Cluster (sessions sharded): the
+    protocol's tests and the rate limit's (a module may define its own ``where``)."""
+    if request.param == "cluster":
+        return request.getfixturevalue("redis_cluster_url"), Keys(namespace, shards=8)
+    return redis_url, Keys(namespace)

@@ -171,11 +171,12 @@ def running_pool(
     tmp: Path,
     handler: Callable[[Mapping[str, Any]], Reply],
     workers: int = 1,
+    agents: str = "tests.pool_agents:agent",
     **extra_env: str,
 ) -> Iterator[dict[str, str]]:
-    """A scripted model and ``workers`` real workers on SQLite in ``tmp``; yields
-    the environment a producer (or the CLI) needs to reach them (``extra_env``
-    added, for both sides)."""
+    """A scripted model and ``workers`` real workers hosting ``agents`` on SQLite in
+    ``tmp``; yields the environment a producer (or the CLI) needs to reach them
+    (``extra_env`` added, for both sides)."""
     from reactq.worker.agent.llm.scripted_server import ScriptedServer
 
     server = ScriptedServer(handler).start_in_thread()
@@ -187,7 +188,7 @@ def running_pool(
         "OPENAI_API_KEY": "test-key",
         **extra_env,
     }
-    pool = WorkerPool(env, tmp)
+    pool = WorkerPool(env, tmp, agents=agents)
     try:
         pool.start(workers)
         pool.wait_ready(redis_url, namespace, workers)

@@ -1,11 +1,13 @@
-"""Redis Cluster without a server: every key one session's scripts touch shares a
-slot, shards spread over the slot space, and the settings refuse a cluster broker.
-The protocol, end-to-end and chaos suites run against a real cluster too
-(``redis_cluster_url`` in tests/conftest.py)."""
+"""Redis Cluster: every key one session's scripts touch shares a slot, shards spread
+over the slot space, the settings refuse a cluster broker, and a worker's scripts
+are on every primary before its first turn. The protocol, end-to-end and chaos
+suites run against a real cluster too (``redis_cluster_url`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from typing import Any, cast
 
 import pytest
 from redis.crc import key_slot
@@ -92,3 +94,26 @@ def test_a_cluster_is_never_the_broker() -> None:
     )
     assert len(Keys.for_settings(custom).deadline_sets()) == 8
     assert Keys.for_settings(Settings.from_env({})).shards == 0
+
+
+async def test_a_worker_preloads_every_script_on_every_primary(redis_cluster_url: str) -> None:
+    # A worker loads its scripts before its first turn (Bridge), so its first burst of
+    # calls never meets NOSCRIPT on any node.
+    import reactq.worker.bridge  # noqa: F401 - imports every module with a script
+    from reactq.shared.redis_client import connect, preload_scripts
+
+    redis = connect(redis_cluster_url, 8)
+    try:
+        loaded = await preload_scripts(redis)
+        assert loaded >= 10
+        cluster = cast(Any, redis)
+        from reactq.shared.redis_client import _SOURCES
+
+        shas = [hashlib.sha1(source.encode()).hexdigest() for source in _SOURCES]
+        primaries = cluster.get_primaries()
+        assert len(primaries) == 3
+        for node in primaries:
+            exists = await cluster.execute_command("SCRIPT EXISTS", *shas, target_nodes=node)
+            assert list(exists) == [1] * len(shas), node
+    finally:
+        await redis.aclose()

@@ -48,14 +48,6 @@ def sid() -> str:
     return f"p-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["redis", "cluster"])
-def where(request: pytest.FixtureRequest, redis_url: str, namespace: str) -> tuple[str, Keys]:
-    """Each test on a single Redis, then on a Redis Cluster (sessions sharded)."""
-    if request.param == "cluster":
-        return request.getfixturevalue("redis_cluster_url"), Keys(namespace, shards=8)
-    return redis_url, Keys(namespace)
-
-
 @pytest.fixture
 def keys(where: tuple[str, Keys]) -> Keys:
     return where[1]

@@ -20,6 +20,7 @@ from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
 from reactq.shared.state import TRUNK, open_store
 from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql_schema import SCHEMA_REVISION
 from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import record, sid, user
 
@@ -102,7 +103,7 @@ async def test_cli_branch_commands(
     fresh = {**env, "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/fresh.db"}
     upgraded = reactq(fresh, "db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "revision 0003" in upgraded.stdout
+    assert f"revision {SCHEMA_REVISION}" in upgraded.stdout
     s = sid()
     await seed(database_url, s)
     history = reactq(env, "history", s)

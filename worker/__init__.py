@@ -13,6 +13,7 @@ from reactq.worker.agent import (
     LoopConfig,
     Model,
     OpenAICompatibleClient,
+    RateLimit,
     Registry,
     RunResult,
     ScriptedLLM,
@@ -43,6 +44,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "LLMEndpoint",
     "LLMResponse",
     "Model",
+    "RateLimit",
     "OpenAICompatibleClient",
     "ScriptedLLM",
 ]

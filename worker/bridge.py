@@ -25,15 +25,17 @@ from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
 from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.queue import SessionQueue
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.ratelimit import RateBudget
+from reactq.shared.protocol.registry import AgentProfile, WorkerRegistry
 from reactq.shared.protocol.steps import TurnSteps
-from reactq.shared.redis_client import connect
+from reactq.shared.redis_client import connect, preload_scripts
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, open_store
 from reactq.worker.agent.llm import LLMClient
 from reactq.worker.agent.llm.endpoint import ClientCache
 from reactq.worker.agent.llm.pool import clients_for
+from reactq.worker.agent.llm.ratelimit import RateLimiters
 from reactq.worker.agent.mcp import MCPManager
 from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.control import listen_for_control, reap_forever
@@ -127,6 +129,7 @@ class Bridge:
         # Every in-flight turn may hold a connection briefly (publish, renew), and
         # subscribers block on one: size the pool to the concurrency.
         self.redis = connect(s.redis_url, max_connections=s.concurrency * 2 + 16)
+        await preload_scripts(self.redis)
         keys = Keys.for_settings(s)
         bus = RedisEventBus(
             self.redis, keys, maxlen=s.event_maxlen, ttl_seconds=s.event_ttl_seconds
@@ -152,6 +155,7 @@ class Bridge:
         events: EventBus = bus if sink is None else AuditedBus(bus, sink, close_sink=False)
         runners: dict[str, AgentRunner] = {}
         clients = ClientCache(clients_for(s.concurrency))
+        limiters = RateLimiters(RateBudget(self.redis, keys))  # one budget for the whole pool
         # MCP tools join each registry before its loop is built (a loop fixes its tool list).
         registries = {name: agent.registry() for name, agent in self.agents.items()}
         await self.mcp.start(
@@ -161,7 +165,13 @@ class Bridge:
         for name, agent in self.agents.items():
             llm, *fallbacks = clients.for_agent(agent, s)  # shared by agents on one endpoint
             observed = observed_agent(agent, observer, s)
-            loop = observed.build_loop(llm, registries[name], settings=s, fallback_llms=fallbacks)
+            loop = observed.build_loop(
+                llm,
+                registries[name],
+                settings=s,
+                fallback_llms=fallbacks,
+                limiters=limiters.for_agent(agent, s),
+            )
             runners[name] = AgentRunner(loop, self.store, name, steps)
             if observer.active:
                 runners[name] = ObservedRunner(runners[name], observer)
@@ -177,7 +187,7 @@ class Bridge:
             worker_name=self.worker_name,
             steps=steps,
         )
-        await registry.register_agents(sorted(self.agents), self.worker_name)
+        await registry.register_agents(sorted(self.agents), self.worker_name, self._profiles())
         self._duties = [
             asyncio.ensure_future(listen_for_control(self.redis, keys, self.drainer)),
             asyncio.ensure_future(
@@ -208,9 +218,13 @@ class Bridge:
         while True:
             await asyncio.sleep(every)
             try:
-                await registry.register_agents(agents, self.worker_name)
+                await registry.register_agents(agents, self.worker_name, self._profiles())
             except Exception as exc:  # Redis away for a moment: the next beat will do
                 log.warning("worker heartbeat failed (%s: %s)", type(exc).__name__, exc)
+
+    def _profiles(self) -> dict[str, AgentProfile]:
+        """What producers check a turn's overrides against (see ``WorkerRegistry``)."""
+        return {name: agent.profile() for name, agent in self.agents.items()}
 
     def _observer(self) -> Observer:
         """Metrics (when REACTQ_METRICS_PORT is set) and spans (when REACTQ_TRACING is)."""

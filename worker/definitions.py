@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import os
 import re
@@ -23,14 +24,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reactq.shared.errors import ConfigError, SkillError
+from reactq.shared.protocol.registry import AgentProfile
 from reactq.shared.settings import Settings
-from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig
+from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig, PromptFunction
+from reactq.worker.agent.fingerprint import fingerprint
+from reactq.worker.agent.interventions import maybe_await
 from reactq.worker.agent.llm.base import LLMClient
-from reactq.worker.agent.llm.endpoint import ClientFactory, LLMEndpoint, header_items, openai_client
+from reactq.worker.agent.llm.endpoint import (
+    ClientFactory,
+    LLMEndpoint,
+    RateLimit,
+    check_rate_limit,
+    header_items,
+    openai_client,
+)
+from reactq.worker.agent.llm.ratelimit import RateLimiter
 from reactq.worker.agent.loop import AgentLoop
 from reactq.worker.agent.mcp import MCPClient, MCPProvider, providers_of
 from reactq.worker.agent.skills import SkillSet
-from reactq.worker.agent.tools import Registry, Tool, tool
+from reactq.worker.agent.tools import Registry, Tool, ToolContext, tool
 
 __all__ = ["DEFAULT_MODEL", "Agent", "AgentConfigError", "load_agents"]
 
@@ -81,6 +93,9 @@ class Agent:
     """Extra HTTP headers on every model request (never shown in repr, nor logged)."""
     client_factory: ClientFactory | None
     """``client_factory(endpoint) -> LLMClient`` for a custom provider; None: the openai SDK."""
+    rate_limit: RateLimit | None
+    """Requests and tokens per minute the whole pool may send its model (one budget in
+    Redis); None: the settings' (REACTQ_LLM_*_PER_MINUTE) on their endpoint, else none."""
     loop: LoopConfig
     """The loop's knobs: model, system prompt, tool mode, limits, messages, budgets, hooks."""
     skills: SkillSet = field(init=False, repr=False)
@@ -100,6 +115,7 @@ class Agent:
         max_retries: int | None = None,
         headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         client_factory: ClientFactory | None = None,
+        rate_limit: RateLimit | None = None,
         loop: LoopConfig | None = None,
         **knobs: Any,
     ) -> None:
@@ -114,7 +130,8 @@ class Agent:
             raise AgentConfigError(
                 f"agent {name!r}: unknown setting {unknown[0]!r}{hint}; an Agent takes name, "
                 "tools, mcp_servers, skills_dir, base_url, api_key, api_key_env, timeout, "
-                "max_retries, headers, client_factory, loop and the knobs of LoopConfig"
+                "max_retries, headers, client_factory, rate_limit, loop and the knobs of "
+                "LoopConfig"
             )
         if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
             raise AgentConfigError(f"agent {name!r}: tools must be a list of tools")
@@ -134,6 +151,7 @@ class Agent:
             wrapped = tuple(t if isinstance(t, Tool) else tool(t) for t in tools)
             header_pairs = header_items(headers)
             _check_client_knobs(api_key, api_key_env, timeout, max_retries, client_factory)
+            check_rate_limit(rate_limit)
             # Refuses duplicate names, load_skill among them.
             _with_skills(Registry(wrapped), skills)
         except ValueError as exc:
@@ -151,6 +169,7 @@ class Agent:
             ("max_retries", max_retries),
             ("headers", header_pairs),
             ("client_factory", client_factory),
+            ("rate_limit", rate_limit),
             ("loop", config),
             ("skills", skills),
         ):
@@ -167,11 +186,47 @@ class Agent:
 
     def resolved_loop(self, settings: Settings | None = None) -> LoopConfig:
         """The LoopConfig its loop runs: the model resolved, the skills in the system prompt."""
+        prompt = self.loop.system_prompt
+        skills = self.skills
+        if isinstance(prompt, str):
+            resolved: str | PromptFunction = skills.system_prompt(prompt)
+        elif len(skills):
+            resolved = _with_skills_section(prompt, skills)
+        else:
+            resolved = prompt
         return dataclasses.replace(
-            self.loop,
-            model=self.resolved_model(settings),
-            system_prompt=self.skills.system_prompt(self.loop.system_prompt),
+            self.loop, model=self.resolved_model(settings), system_prompt=resolved
         )
+
+    @functools.cached_property
+    def config_version(self) -> str:
+        """A 12-hex-digit hash of this definition: its name, tools (names, schemas,
+        flags), MCP servers, endpoint, skills and every loop knob (a function by its
+        qualified name). Every worker computes the same one for the same definition;
+        turns record it (``started`` and ``final`` events, the turn's record)."""
+        return fingerprint(
+            {
+                "name": self.name,
+                "tools": [
+                    [t.name, t.description, t.parameters, t.writes, t.requires_approval, t.timeout]
+                    for t in self.tools
+                ],
+                "mcp_servers": self.mcp_servers,
+                "skills": sorted(self.skills.names),
+                "base_url": self.base_url,
+                "api_key_env": self.api_key_env,
+                "timeout": self.timeout,
+                "max_retries": self.max_retries,
+                "headers": [name for name, _ in self.headers],  # values may be secrets
+                "client_factory": self.client_factory,
+                "loop": self.loop,
+            }
+        )
+
+    def profile(self) -> AgentProfile:
+        """What a worker announces of this agent: the knobs a turn may override and its
+        configuration version (producers check overrides against it at submit time)."""
+        return AgentProfile(frozenset(self.loop.overridable), self.config_version)
 
     def registry(self) -> Registry:
         """A fresh Registry of this agent's tools (and ``load_skill`` when it has skills).
@@ -187,6 +242,7 @@ class Agent:
         *,
         settings: Settings | None = None,
         fallback_llms: Sequence[LLMClient] | None = None,
+        limiters: Sequence[RateLimiter | None] | None = None,
     ) -> AgentLoop:
         """The AgentLoop for this agent, talking to ``llm``.
 
@@ -194,10 +250,18 @@ class Agent:
         attached to (the loop fixes its tool list when it is built). ``settings``
         give the default model (None reads ``Settings.from_env()``).
         ``fallback_llms``: a client per fallback model (``ClientCache.for_agent``
-        makes them); None: ``llm`` for each.
+        makes them); None: ``llm`` for each. ``limiters``: each model's share of the
+        pool's rate limit (``RateLimiters.for_agent`` makes them); None: no limit.
         """
         tools = registry if registry is not None else self.registry()
-        return AgentLoop(llm, tools, self.resolved_loop(settings), fallback_llms=fallback_llms)
+        return AgentLoop(
+            llm,
+            tools,
+            self.resolved_loop(settings),
+            fallback_llms=fallback_llms,
+            version=self.config_version,
+            limiters=limiters,
+        )
 
     def endpoints(self, settings: Settings | None = None) -> list[LLMEndpoint]:
         """Its own endpoint, then each fallback model's, resolved against the settings
@@ -212,18 +276,22 @@ class Agent:
             timeout=self.timeout if self.timeout is not None else s.llm_timeout_seconds,
             max_retries=self.max_retries if self.max_retries is not None else s.llm_max_retries,
             headers=self.headers,
+            rate_limit=self.rate_limit or (None if self.base_url else _pool_rate_limit(s)),
         )
         out = [own]
         for model in self.loop.fallbacks:
             if model.base_url is None and model.api_key_env is None:
-                out.append(own)
+                out.append(dataclasses.replace(own, rate_limit=model.rate_limit or own.rate_limit))
                 continue
             where = f"fallback model {model.name!r}: api_key_env"
             key = self._key_from(s, model.api_key_env, where)
             if model.base_url is None:
                 key = key or own.api_key
+            limit = model.rate_limit or (own.rate_limit if model.base_url is None else None)
             out.append(
-                dataclasses.replace(own, base_url=model.base_url or own.base_url, api_key=key)
+                dataclasses.replace(
+                    own, base_url=model.base_url or own.base_url, api_key=key, rate_limit=limit
+                )
             )
         return out
 
@@ -248,6 +316,14 @@ class Agent:
         """
         endpoint = dataclasses.replace(self.endpoints(settings)[0], **options)
         return (self.client_factory or openai_client)(endpoint)
+
+
+def _pool_rate_limit(settings: Settings) -> RateLimit | None:
+    """The settings' limit for agents on the pool's endpoint (REACTQ_LLM_*_PER_MINUTE)."""
+    rpm, tpm = settings.llm_requests_per_minute, settings.llm_tokens_per_minute
+    if rpm is None and tpm is None:
+        return None
+    return RateLimit(requests_per_minute=rpm, tokens_per_minute=tpm)
 
 
 def _secret(value: Any) -> str | None:
@@ -282,6 +358,15 @@ def _check_client_knobs(
 
 def _settings(settings: Settings | None) -> Settings:
     return settings if settings is not None else Settings.from_env()
+
+
+def _with_skills_section(prompt: PromptFunction, skills: SkillSet) -> PromptFunction:
+    """A per-turn system prompt with the skills section appended to what it returns."""
+
+    async def with_section(turn: ToolContext) -> str:
+        return skills.system_prompt(await maybe_await(prompt(turn)))
+
+    return with_section
 
 
 def _with_skills(registry: Registry, skills: SkillSet) -> Registry:

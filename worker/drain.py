@@ -325,6 +325,7 @@ class Drainer:
             StartedEvent,
             worker=self.worker_name,
             resumed_from_step=checkpoint.step if checkpoint is not None else None,
+            config_version=runner.loop.version,
         )
         # The pool can wait for people: decisions on the calls a parked turn waited for.
         decisions: dict[str, Decision] = {}
@@ -362,6 +363,9 @@ class Drainer:
                 keep_partial=lambda: entry.mode is CancelMode.INTERRUPT,
                 checkpoint=checkpoint,
                 decisions=decisions,
+                context=turn.context,
+                metadata=turn.metadata,
+                overrides=turn.overrides,
             )
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
         except AwaitingApproval as waiting:

@@ -51,7 +51,7 @@ async def run_local_turn(
 
         printer = asyncio.create_task(show())
         emitter = TurnEmitter(bus, session_id, turn_id)
-        await emitter.emit(StartedEvent, worker="in-process")
+        await emitter.emit(StartedEvent, worker="in-process", config_version=loop.version)
         final = await runner.run_turn(
             session_id=session_id, message=message, turn_id=turn_id, emitter=emitter
         )

@@ -14,6 +14,7 @@ a step of it:
 ``endings``        every ``final`` event the protocol publishes itself
 ``registry``       which agents the pool hosts, which workers are up
 ``outcomes``       the typed results of submit, claim and cancel
+``ratelimit``      the pool's shared rate limit: a token bucket per endpoint and model
 =================  ==============================================================
 
 Each Redis operation is a Lua script in a ``.lua`` file beside its module, read

@@ -14,6 +14,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     SessionPage,
     SessionRecord,
+    SessionUsage,
     StateStore,
     StepStore,
     TurnCheckpoint,
@@ -34,6 +35,7 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     "StateStore",
     "StepStore",
     "TurnCheckpoint",
+    "SessionUsage",
     "TurnRecord",
     "TurnStart",
     # backends

@@ -144,6 +144,45 @@ class TurnRecord(BaseModel):
     """The error code when it failed."""
     created_at: float = 0.0
     """Unix time of commit."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """What the producer attached to the turn."""
+    config_version: str | None = None
+    """A hash of the definition of the agent that answered (``Agent.config_version``)."""
+    usage: dict[str, int] = Field(default_factory=dict)
+    """Its token usage: ``prompt_tokens``, ``completion_tokens``, ``total_tokens``."""
+    cost: float | None = None
+    """What it cost, when the agent has a price for its model."""
+
+
+class SessionUsage(BaseModel):
+    """A session's token and cost totals over its committed turns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    """The session."""
+    turns: int = 0
+    """Committed turns counted."""
+    prompt_tokens: int = 0
+    """Prompt tokens summed."""
+    completion_tokens: int = 0
+    """Completion tokens summed."""
+    total_tokens: int = 0
+    """Total tokens summed."""
+    cost: float = 0.0
+    """Cost summed over the turns that had a price (0.0 when none had)."""
+
+    @classmethod
+    def of(cls, session_id: str, records: Sequence[TurnRecord]) -> SessionUsage:
+        """The totals of ``records``."""
+        return cls(
+            session_id=session_id,
+            turns=len(records),
+            prompt_tokens=sum(r.usage.get("prompt_tokens", 0) for r in records),
+            completion_tokens=sum(r.usage.get("completion_tokens", 0) for r in records),
+            total_tokens=sum(r.usage.get("total_tokens", 0) for r in records),
+            cost=sum(r.cost or 0.0 for r in records),
+        )
 
 
 @runtime_checkable
@@ -302,6 +341,12 @@ class StateStore(StepStore, Protocol):
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
+        ...
+
+    async def session_usage(self, session_id: str) -> SessionUsage:
+        """The session's token and cost totals over its committed turns (zeros for an
+        unknown session). A turn counts once it is committed, whatever its status; a
+        cancelled turn that committed nothing does not count."""
         ...
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:

@@ -17,6 +17,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     SessionPage,
     SessionRecord,
+    SessionUsage,
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
@@ -391,6 +392,10 @@ class MemoryStateStore:
         """A committed turn's outcome, or None."""
         self._evict()
         return self._turns.get(turn_id)
+
+    async def session_usage(self, session_id: str) -> SessionUsage:
+        """The session's totals over its committed turns; see StateStore."""
+        return SessionUsage.of(session_id, await self.list_turns(session_id))
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
         """Store a running turn's completed steps; see StateStore.checkpoint_step."""

@@ -54,6 +54,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     SessionPage,
     SessionRecord,
+    SessionUsage,
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
@@ -454,6 +455,10 @@ class RedisStateStore:
         raw = await self.redis.hget(self._keys(owner)[3], turn_id)
         return None if raw is None else _record(raw)
 
+    async def session_usage(self, session_id: str) -> SessionUsage:
+        """The session's totals over its committed turns; see StateStore."""
+        return SessionUsage.of(session_id, await self.list_turns(session_id))
+
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
         """Store a running turn's completed steps; see StateStore.checkpoint_step."""
         session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
@@ -552,6 +557,11 @@ def _record(raw: bytes | str) -> TurnRecord:
         final_text=dec(data["final_text"]),
         error=dec(data["error"]),
         created_at=data["created_at"],
+        # Records written before these fields existed lack them.
+        metadata=data.get("metadata") or {},
+        config_version=data.get("config_version"),
+        usage=data.get("usage") or {},
+        cost=data.get("cost"),
     )
 
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -48,6 +48,7 @@ from reactq.shared.state.base import (
     SessionInfo,
     SessionPage,
     SessionRecord,
+    SessionUsage,
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
@@ -505,6 +506,7 @@ class SqlStateStore:
             "final_text": enc(record.final_text),
             "error": enc(record.error),
             "created_at": record.created_at or time.time(),
+            **_turn_extras(record),
         }
 
         def op(conn: Connection) -> None:
@@ -533,6 +535,29 @@ class SqlStateStore:
         def op(conn: Connection) -> TurnRecord | None:
             row = conn.execute(select(turns).where(turns.c.turn_id == turn_id)).mappings().first()
             return None if row is None else _turn_record(row)
+
+        return await self._read(op)
+
+    async def session_usage(self, session_id: str) -> SessionUsage:
+        """The session's totals over its committed turns (one SUM); see StateStore."""
+
+        def op(conn: Connection) -> SessionUsage:
+            query = select(
+                func.count(),
+                func.sum(turns.c.prompt_tokens),
+                func.sum(turns.c.completion_tokens),
+                func.sum(turns.c.total_tokens),
+                func.sum(turns.c.cost),
+            ).where(turns.c.session_id == session_id)
+            count, prompt, completion, total, cost = conn.execute(query).one()
+            return SessionUsage(
+                session_id=session_id,
+                turns=count,
+                prompt_tokens=prompt or 0,
+                completion_tokens=completion or 0,
+                total_tokens=total or 0,
+                cost=float(cost or 0.0),
+            )
 
         return await self._read(op)
 
@@ -624,7 +649,25 @@ def _turn_record(row: Any) -> TurnRecord:
         final_text=dec(row["final_text"]),
         error=dec(row["error"]),
         created_at=row["created_at"],
+        metadata=json.loads(row["metadata"]) if row["metadata"] is not None else {},
+        config_version=row["config_version"],
+        usage={key: row[key] for key in _USAGE_KEYS if row[key] is not None},
+        cost=row["cost"],
     )
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+"""The counts a turn record keeps, each in a column of its own."""
+
+
+def _turn_extras(record: TurnRecord) -> dict[str, Any]:
+    """The record's columns beyond its outcome: metadata, version, usage, cost."""
+    return {
+        "metadata": listing.dump_value(record.metadata) if record.metadata else None,
+        "config_version": record.config_version,
+        **{key: record.usage.get(key) for key in _USAGE_KEYS},
+        "cost": record.cost,
+    }
 
 
 def _set_active(conn: Connection, session_id: str, branch_id: str) -> None:

@@ -34,7 +34,7 @@ from reactq.shared.state.text import MARK, dec, dump_extra, enc, load_extra
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -105,6 +105,14 @@ turns = Table(
     Column("final_text", Text, nullable=True),
     Column("error", Text, nullable=True),
     Column("created_at", Double, nullable=False),
+    # The producer's metadata as JSON text (NULL: none).
+    Column("metadata", Text, nullable=True),
+    Column("config_version", String(64), nullable=True),
+    # Columns, not JSON, so a session's totals are one SUM (NULL: not reported).
+    Column("prompt_tokens", Integer, nullable=True),
+    Column("completion_tokens", Integer, nullable=True),
+    Column("total_tokens", Integer, nullable=True),
+    Column("cost", Double, nullable=True),
 )
 
 turn_checkpoints = Table(

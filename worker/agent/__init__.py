@@ -19,7 +19,7 @@ from reactq.worker.agent.llm import (
     ScriptedLLM,
 )
 from reactq.worker.agent.llm.base import RequestOptions
-from reactq.worker.agent.llm.endpoint import ClientFactory, LLMEndpoint, Model
+from reactq.worker.agent.llm.endpoint import ClientFactory, LLMEndpoint, Model, RateLimit
 from reactq.worker.agent.llm.retry import RetryPolicy
 from reactq.worker.agent.loop import AgentLoop, RunResult, ToolMode
 from reactq.worker.agent.parsers import JsonParser, ParsedStep, Parser, ProseParser
@@ -61,6 +61,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "LLMEndpoint",
     "LLMResponse",
     "Model",
+    "RateLimit",
     "ModelPrice",
     "OpenAICompatibleClient",
     "RequestOptions",

@@ -9,10 +9,11 @@ the fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reactq.shared.turn_inputs import OVERRIDABLE
 from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
 from reactq.worker.agent.llm.base import RequestOptions
 from reactq.worker.agent.llm.endpoint import Model, as_model
@@ -27,6 +28,10 @@ ApprovalPolicy = Callable[[str, dict[str, Any], "ToolContext"], bool]
 """``approval(tool_name, arguments, context) -> bool``: True when the call must wait
 for a person's decision."""
 
+PromptFunction = Callable[["ToolContext"], "str | Awaitable[str]"]
+"""``system_prompt(turn) -> str`` (sync or async): the system prompt of one turn, from
+its ``ToolContext`` (``turn.context``, ``turn.metadata``, ``turn.session_id``)."""
+
 __all__ = [
     "DEFAULT_BUDGET_MESSAGE",
     "DEFAULT_CANCELLED_MESSAGE",
@@ -35,6 +40,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "ApprovalPolicy",
     "LoopConfig",
+    "PromptFunction",
 ]
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -59,8 +65,8 @@ class LoopConfig:
     """Model name; None: the settings' model (REACTQ_MODEL) for an Agent, else gpt-4o-mini."""
     fallback_models: Sequence[Model | str] = ()
     """Models a turn moves to, in order, when the current one fails (names or ``Model``s)."""
-    system_prompt: str = ""
-    """Instructions sent first in every request."""
+    system_prompt: str | PromptFunction = ""
+    """Instructions sent first in every request, or a function of the turn returning them."""
     tool_mode: ToolMode | str = ToolMode.NATIVE
     """How the model calls tools (a ToolMode or its value; stored as a ToolMode)."""
     parser: Parser | None = None
@@ -109,6 +115,12 @@ class LoopConfig:
     """Token budget of one turn (status budget_exceeded when spent)."""
     max_cost: float | None = None
     """Cost budget of one turn (needs ``prices`` for the model)."""
+    session_max_tokens: int | None = None
+    """Token budget of a session's committed turns; once spent, turns are refused."""
+    session_max_cost: float | None = None
+    """Cost budget of a session's committed turns (needs ``prices`` for the model)."""
+    overridable: Collection[str] = frozenset()
+    """Knobs a turn may override (``submit(..., overrides=...)``), from ``OVERRIDABLE``."""
     prices: Mapping[str, ModelPrice] | None = None
     """Price per model, for cost in usage events and ``max_cost``."""
     interventions: Interventions | None = None
@@ -136,8 +148,12 @@ class LoopConfig:
         object.__setattr__(
             self, "fallback_models", tuple(as_model(m) for m in self.fallback_models)
         )
-        if not isinstance(self.system_prompt, str):
-            raise ValueError(f"system_prompt must be a string, got {self.system_prompt!r}")
+        if not isinstance(self.system_prompt, str) and not callable(self.system_prompt):
+            raise ValueError(
+                f"system_prompt must be a string or a function of the turn, "
+                f"got {self.system_prompt!r}"
+            )
+        object.__setattr__(self, "overridable", check_overridable(self.overridable))
         iterations = self.max_iterations
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"max_iterations must be an int >= 1, got {iterations!r}")
@@ -151,6 +167,13 @@ class LoopConfig:
         # With no model yet, its price is checked when the loop is built for one.
         for name in (model, *(m.name for m in self.fallbacks)):
             check_budget_config(self.max_total_tokens, self.max_cost, self.prices, name)
+            check_budget_config(
+                self.session_max_tokens,
+                self.session_max_cost,
+                self.prices,
+                name,
+                ("session_max_tokens", "session_max_cost"),
+            )
         for name in ("stream", "wrap_up", "require_tool_before_final", "replay_reasoning"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -204,6 +227,19 @@ class LoopConfig:
             max_tokens=self.max_tokens,
             reasoning_effort=self.reasoning_effort,
         )
+
+
+def check_overridable(names: object) -> frozenset[str]:
+    """``overridable`` as a frozenset, or ValueError naming a knob no turn may change."""
+    if isinstance(names, str) or not isinstance(names, Collection):
+        raise ValueError(f"overridable must be a set of knob names, got {names!r}")
+    unknown = sorted(str(n) for n in names if n not in OVERRIDABLE)
+    if unknown:
+        raise ValueError(
+            f"overridable: {unknown[0]!r} cannot be overridden per turn; choose from "
+            f"{', '.join(sorted(OVERRIDABLE))}"
+        )
+    return frozenset(names)
 
 
 def _positive_or_none(name: str, value: Any, unit: str) -> None:

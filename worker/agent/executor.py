@@ -306,7 +306,9 @@ class ToolExecutor:
         hooks, interventions = config.hooks, config.interventions
         info: ToolCallInfo | None = None
         if config.tool_gate is not None or interventions is not None or hooks is not None:
-            info = ToolCallInfo.of(call, item.args, context.session_id, context.turn_id, iteration)
+            info = ToolCallInfo.of(
+                call, item.args, context.session_id, context.turn_id, iteration, context.context
+            )
             denial = await self._check(item, info)
             if denial is not None:
                 item.failure = ("tool_denied", denial)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from reactq.shared.errors import LLMError
 from reactq.worker.agent.llm.base import LLMClient
+from reactq.worker.agent.llm.ratelimit import RateLimiter
 
 __all__ = ["FALLBACK_CODES", "ModelChain", "ModelSwitch"]
 
@@ -41,12 +42,17 @@ class ModelSwitch:
 class ModelChain:
     """The models of one turn, in order, and the one it is on."""
 
-    __slots__ = ("_entries", "index")
+    __slots__ = ("_entries", "_limiters", "index")
 
-    def __init__(self, entries: Sequence[tuple[str, LLMClient]]) -> None:
+    def __init__(
+        self,
+        entries: Sequence[tuple[str, LLMClient]],
+        limiters: Sequence[RateLimiter | None] = (),
+    ) -> None:
         if not entries:
             raise ValueError("a ModelChain needs at least one model")
         self._entries = list(entries)
+        self._limiters = list(limiters)
         self.index = 0
 
     @property
@@ -58,6 +64,11 @@ class ModelChain:
     def llm(self) -> LLMClient:
         """Its client."""
         return self._entries[self.index][1]
+
+    @property
+    def limiter(self) -> RateLimiter | None:
+        """Its share of the pool's rate limit, if it has one."""
+        return self._limiters[self.index] if self.index < len(self._limiters) else None
 
     def advance(self, error: LLMError) -> ModelSwitch | None:
         """Move to the next model when ``error`` calls for it and one is left; return the

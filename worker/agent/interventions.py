@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
@@ -58,13 +58,23 @@ class ToolCallInfo:
     """The turn of the run."""
     iteration: int = 0
     """The model call that asked for it (1-based)."""
+    context: Mapping[str, Any] = field(default_factory=dict)
+    """The turn's context, as the producer passed it (``submit(..., context=...)``)."""
 
     @classmethod
     def of(
-        cls, call: ToolCall, args: dict[str, Any], session_id: str, turn_id: str, iteration: int
+        cls,
+        call: ToolCall,
+        args: dict[str, Any],
+        session_id: str,
+        turn_id: str,
+        iteration: int,
+        context: Mapping[str, Any] | None = None,
     ) -> ToolCallInfo:
         """A ToolCallInfo with a deep copy of ``args``."""
-        return cls(call.name, copy.deepcopy(args), call.id, session_id, turn_id, iteration)
+        return cls(
+            call.name, copy.deepcopy(args), call.id, session_id, turn_id, iteration, context or {}
+        )
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from reactq.worker.agent.config import (
     LoopConfig,
 )
 from reactq.worker.agent.executor import ToolExecutor
+from reactq.worker.agent.interventions import maybe_await
 from reactq.worker.agent.llm.base import LLMClient, RequestOptions
+from reactq.worker.agent.llm.ratelimit import RateLimiter
 from reactq.worker.agent.modes import ModeSettings, ToolMode, build_system_prompt
 from reactq.worker.agent.results import format_tool_result
 from reactq.worker.agent.run import AwaitingApproval, OnStep, Run, RunResult
@@ -55,7 +57,8 @@ class AgentLoop:
     ``registry`` holds the tools (none when None); ``config`` every knob
     (``LoopConfig()`` when None). ``model`` is the config's, else gpt-4o-mini. The
     tool list and system prompt are fixed here, once. ``fallback_llms`` holds a
-    client per ``config.fallback_models`` entry (None: ``llm`` for each).
+    client per ``config.fallback_models`` entry (None: ``llm`` for each); ``limiters``
+    a ``RateLimiter`` (or None) per model, the agent's first (``RateLimiters.for_agent``).
     """
 
     def __init__(
@@ -65,6 +68,8 @@ class AgentLoop:
         config: LoopConfig | None = None,
         *,
         fallback_llms: Sequence[LLMClient] | None = None,
+        version: str | None = None,
+        limiters: Sequence[RateLimiter | None] | None = None,
     ) -> None:
         if config is None:
             config = LoopConfig()
@@ -90,23 +95,70 @@ class AgentLoop:
             (self.model, llm),
             *zip(fallbacks, clients, strict=True),
         )
+        if limiters is not None and len(limiters) != len(self.models):
+            raise ValueError(
+                f"limiters has {len(limiters)} entries for {len(self.models)} models: give one "
+                "per model (the agent's, then each fallback's; None for no limit)"
+            )
+        self.limiters: tuple[RateLimiter | None, ...] = (
+            tuple(limiters) if limiters is not None else (None,) * len(self.models)
+        )
         # A config without a model could not check max_cost's price; the loop has them all.
         for name, _ in self.models:
             check_budget_config(config.max_total_tokens, config.max_cost, config.prices, name)
+            check_budget_config(
+                config.session_max_tokens,
+                config.session_max_cost,
+                config.prices,
+                name,
+                ("session_max_tokens", "session_max_cost"),
+            )
+        self.version = version
+        """A hash of the definition this loop runs (``Agent.config_version``), if known."""
         self.mode: ModeSettings = config.mode_settings()
         self.options: RequestOptions = config.request_options()
         prices = config.prices or {}
         self.prices = {name: prices[name] for name, _ in self.models if name in prices}
         self.price = self.prices.get(self.model)
         self.executor = ToolExecutor(self.registry, config)
-        # Built once: every run sends the same system prompt and tool list.
-        prompt = build_system_prompt(config.system_prompt, self.mode, self.registry)
+        # Built once: every run sends the same tool list, and the same system prompt
+        # unless it is a function of the turn (then ``prefix_for`` builds it per run).
+        prompt = config.system_prompt
         self.prefix: tuple[dict[str, Any], ...] = (
-            ({"role": "system", "content": prompt},) if prompt else ()
+            self._prefix(prompt) if isinstance(prompt, str) else ()
         )
         self.tools: list[dict[str, Any]] | None = (
             (self.registry.openai_tools() or None) if self.mode.native else None
         )
+
+    def with_config(self, config: LoopConfig) -> AgentLoop:
+        """A loop like this one (clients, tools, limiters, version) running ``config``:
+        one turn's overrides applied (ValueError names a knob the config refuses)."""
+        return AgentLoop(
+            self.llm,
+            self.registry,
+            config,
+            fallback_llms=[client for _, client in self.models[1:]],
+            version=self.version,
+            limiters=self.limiters,
+        )
+
+    def _prefix(self, prompt: str) -> tuple[dict[str, Any], ...]:
+        text = build_system_prompt(prompt, self.mode, self.registry)
+        return ({"role": "system", "content": text},) if text else ()
+
+    async def prefix_for(self, context: ToolContext) -> tuple[dict[str, Any], ...]:
+        """The messages sent before the conversation in this turn: the system prompt,
+        called with the turn's ``context`` when it is a function."""
+        prompt = self.config.system_prompt
+        if isinstance(prompt, str):
+            return self.prefix
+        text = await maybe_await(prompt(context))
+        if not isinstance(text, str):
+            raise ReactqError(
+                f"the system prompt function returned {type(text).__name__}, not a string"
+            )
+        return self._prefix(text)
 
     async def run(
         self,

@@ -29,17 +29,20 @@ from reactq.shared.events import (
     DeltaEvent,
     ErrorEvent,
     ModelFallbackEvent,
+    RateLimitedEvent,
     ReasoningEvent,
     ThoughtEvent,
     UsageEvent,
 )
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.protocol.approvals import Decision
+from reactq.shared.protocol.ratelimit import Grant
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelSignal, RunCancelled
 from reactq.worker.agent.fallback import ModelChain, ModelSwitch
 from reactq.worker.agent.interventions import call_hook
 from reactq.worker.agent.llm.base import LLMResponse
+from reactq.worker.agent.llm.ratelimit import RateLimiter, estimate_tokens
 from reactq.worker.agent.parsers import ParsedStep
 from reactq.worker.agent.results import OBSERVATION_PREFIX, fit_context
 from reactq.worker.agent.tools import ToolContext
@@ -140,7 +143,8 @@ class Run:
         )
         self.cancel = cancel
         self.meter = UsageMeter(loop.prices, loop.config.max_total_tokens, loop.config.max_cost)
-        self.models = ModelChain(loop.models)  # a fallback holds for the rest of the turn
+        # A fallback holds for the rest of the turn.
+        self.models = ModelChain(loop.models, loop.limiters)
         self.new: list[ChatMessage] = []
         self.wire: list[dict[str, Any]] = []
         self.seen: dict[tuple[str, str], int] = {}
@@ -163,7 +167,8 @@ class Run:
         if not native and steps and steps[-1].role == "assistant":
             steps.pop()  # a text-mode reply whose observation was not recorded: ask again
         replay = config.replay_reasoning
-        self.wire = [*loop.prefix, *(m.to_openai(reasoning=replay) for m in [*messages, *steps])]
+        prefix = await loop.prefix_for(self.context)
+        self.wire = [*prefix, *(m.to_openai(reasoning=replay) for m in [*messages, *steps])]
         self.new = steps
         replies = sum(1 for m in steps if m.role == "assistant")
         try:
@@ -432,6 +437,8 @@ class Run:
             deltas = DeltaBuffer(self.emitter, config.delta_interval, self.visible)
             thinking = DeltaBuffer(self.emitter, config.delta_interval, event=ReasoningEvent)
         while True:
+            limiter = self.models.limiter
+            estimate = await self._draw(limiter, wire, tools)
             call = self.models.llm.complete(
                 wire,
                 model=self.models.model,
@@ -459,6 +466,8 @@ class Run:
             await self._fall_back(switch)
             if hooks is not None:
                 await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
+        if limiter is not None:
+            await limiter.settle(estimate, response)
         if thinking is not None:
             await thinking.flush()
         elif shows and response.reasoning:
@@ -471,6 +480,28 @@ class Run:
             )
         await self._count(response)
         return response
+
+    async def _draw(
+        self,
+        limiter: RateLimiter | None,
+        wire: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+    ) -> int:
+        """Wait for the pool's rate limit on the current model, if it has one (a
+        ``rate_limited`` event says so, once); return the tokens estimated for the call."""
+        if limiter is None:
+            return 0
+        estimate = estimate_tokens(wire, tools) if limiter.counts_tokens else 0
+        model = self.models.model
+
+        async def announce(grant: Grant) -> None:
+            await self.emitter.emit(
+                RateLimitedEvent, model=model, wait=grant.wait, limit=grant.limit
+            )
+
+        waiting = limiter.acquire(estimate, announce)
+        await (waiting if self.cancel is None else self.cancel.guard(waiting))
+        return estimate
 
     async def _fall_back(self, switch: ModelSwitch) -> None:
         error = switch.error

@@ -23,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import (
@@ -41,6 +43,7 @@ from reactq.worker.agent.history import repair
 from reactq.worker.agent.loop import AgentLoop
 from reactq.worker.agent.run import AwaitingApproval, answered_prefix
 from reactq.worker.agent.tools import ToolContext
+from reactq.worker.agent.turn_setup import loop_for_turn, session_budget_refusal
 
 __all__ = ["INTERRUPTED_MESSAGE", "AgentRunner"]
 
@@ -72,6 +75,9 @@ class AgentRunner:
         keep_partial: Callable[[], bool] | None = None,
         checkpoint: TurnCheckpoint | None = None,
         decisions: Mapping[str, Decision] | None = None,
+        context: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> FinalEvent:
         """Run one turn and return its (already emitted) final event.
 
@@ -95,9 +101,17 @@ class AgentRunner:
         before) lets the turn wait for people: a tool call that needs approval ends
         the run with ``AwaitingApproval`` (no final; the step is checkpointed) for the
         caller to park the turn. Without it such calls are denied.
+
+        ``context`` reaches the tools (``ToolContext.context``), hooks, interventions,
+        approval policies and a system prompt that is a function of the turn;
+        ``metadata`` is kept on the turn's record; ``overrides`` change the knobs the
+        agent allows for this turn only. A session over its ``session_max_tokens`` /
+        ``session_max_cost`` ends the turn with status budget_exceeded before any
+        model call. Every final carries the agent's ``config_version``.
         """
         cost: float | None = None
         code: str | None = None
+        version = self.loop.version
         emitter.final_follows = True  # every path below ends with a final
         signal = CancelSignal(cancel) if cancel is not None else None
         try:
@@ -109,10 +123,19 @@ class AgentRunner:
                     kept = answered_prefix(checkpoint.messages) if checkpoint else []
                     branch_id = checkpoint.branch_id if checkpoint else None
                     await self._commit_interrupted(
-                        session_id, user, kept, emitter, fence, branch_id
+                        session_id,
+                        user,
+                        kept,
+                        emitter,
+                        fence,
+                        branch_id,
+                        _RecordFields(metadata, version, {}, None),
                     )
                     return await emitter.emit(
-                        FinalEvent, text=INTERRUPTED_MESSAGE, status=TurnStatus.CANCELLED
+                        FinalEvent,
+                        text=INTERRUPTED_MESSAGE,
+                        status=TurnStatus.CANCELLED,
+                        config_version=version,
                     )
                 if checkpoint is not None:
                     await self.steps.discard_checkpoint(session_id, turn_id)
@@ -121,6 +144,7 @@ class AgentRunner:
                     text=self.loop.config.cancelled_message,
                     status=TurnStatus.CANCELLED,
                     usage={},
+                    config_version=version,
                 )
             # One step: the session (made if new), the lease's token recorded, and the
             # history of the branch the turn runs on: the one active when it starts
@@ -141,12 +165,36 @@ class AgentRunner:
                 )
                 await self._emit_error(emitter, mismatch)
                 return await emitter.emit(
-                    FinalEvent, text=mismatch.message, status=TurnStatus.REJECTED, usage={}
+                    FinalEvent,
+                    text=mismatch.message,
+                    status=TurnStatus.REJECTED,
+                    usage={},
+                    config_version=version,
+                )
+            loop = loop_for_turn(self.loop, overrides or {}, self.agent_name)
+            refusal = await session_budget_refusal(self.store, session_id, loop)
+            if refusal is not None:
+                # Refused, not run: nothing reaches the model or the conversation.
+                await self._emit_error(emitter, refusal)
+                return await emitter.emit(
+                    FinalEvent,
+                    text=refusal.message,
+                    status=TurnStatus.BUDGET_EXCEEDED,
+                    usage={},
+                    code=refusal.code,
+                    config_version=version,
                 )
             branch = start.branch_id
             resume = checkpoint.messages if checkpoint is not None else []
             history = repair(start.messages)
-            context = ToolContext(session_id=session_id, turn_id=turn_id, attempt=emitter.attempt)
+            tool_context = ToolContext(
+                session_id=session_id,
+                turn_id=turn_id,
+                attempt=emitter.attempt,
+                context=dict(context or {}),
+                metadata=dict(metadata or {}),
+                agent=self.agent_name,
+            )
 
             async def on_step(step: int, steps: list[ChatMessage]) -> None:
                 saved = TurnCheckpoint(
@@ -159,10 +207,10 @@ class AgentRunner:
                 )
                 await self.steps.checkpoint_step(saved, fence=fence)
 
-            result = await self.loop.run(
+            result = await loop.run(
                 [*history, user],
                 emitter,
-                context=context,
+                context=tool_context,
                 cancel=cancel,
                 resume=resume,
                 on_step=on_step,
@@ -173,13 +221,17 @@ class AgentRunner:
                     steps = result.messages[:-1]  # the last one is the cancel notice
                     # To the branch the turn read, like the normal commit below: the
                     # head may have moved (a fork, a switch) while the turn ran.
-                    await self._commit_interrupted(session_id, user, steps, emitter, fence, branch)
+                    spent = _RecordFields(metadata, version, result.usage, result.cost)
+                    await self._commit_interrupted(
+                        session_id, user, steps, emitter, fence, branch, spent
+                    )
                     return await emitter.emit(
                         FinalEvent,
                         text=INTERRUPTED_MESSAGE,
                         status=TurnStatus.CANCELLED,
                         usage=result.usage,
                         cost=result.cost,
+                        config_version=version,
                     )
                 await self.steps.discard_checkpoint(session_id, turn_id)
                 return await emitter.emit(
@@ -188,6 +240,7 @@ class AgentRunner:
                     status=result.status,
                     usage=result.usage,
                     cost=result.cost,
+                    config_version=version,
                 )
             produced = [
                 m if m.turn_id == turn_id else m.model_copy(update={"turn_id": turn_id})
@@ -201,6 +254,7 @@ class AgentRunner:
                 final_text=result.text,
                 error=result.error.code if result.error is not None else None,
                 created_at=time.time(),
+                **_RecordFields(metadata, version, result.usage, result.cost).fields(),
             )
             await self.store.commit_turn(
                 session_id, [user, *produced], record, fence=fence, branch_id=branch
@@ -221,7 +275,13 @@ class AgentRunner:
         # Outside the try: if the bus cannot take the final, retrying here could
         # publish it twice; the caller sees the exception instead.
         return await emitter.emit(
-            FinalEvent, text=text, status=status, usage=usage, cost=cost, code=code
+            FinalEvent,
+            text=text,
+            status=status,
+            usage=usage,
+            cost=cost,
+            code=code,
+            config_version=version,
         )
 
     async def _commit_interrupted(
@@ -232,6 +292,7 @@ class AgentRunner:
         emitter: TurnEmitter,
         fence: int | None,
         branch: str | None,
+        kept: _RecordFields | None = None,
     ) -> None:
         turn_id = emitter.turn_id
         marker = ChatMessage(role="assistant", content=INTERRUPTED_MESSAGE, turn_id=turn_id)
@@ -243,6 +304,7 @@ class AgentRunner:
             final_text=INTERRUPTED_MESSAGE,
             error="interrupted",
             created_at=time.time(),
+            **(kept or _RecordFields(None, self.loop.version, {}, None)).fields(),
         )
         produced = [m.model_copy(update={"turn_id": turn_id}) for m in steps]
         await self.store.commit_turn(
@@ -261,3 +323,25 @@ class AgentRunner:
             raise
         except Exception:  # the bus itself failed; the final will try once more
             pass
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+@dataclass(frozen=True)
+class _RecordFields:
+    """What a turn's record keeps beside its outcome."""
+
+    metadata: Mapping[str, Any] | None
+    config_version: str | None
+    usage: Mapping[str, int]
+    cost: float | None
+
+    def fields(self) -> dict[str, Any]:
+        # The record keeps the three counts every store has a column for.
+        return {
+            "metadata": dict(self.metadata or {}),
+            "config_version": self.config_version,
+            "usage": {k: self.usage[k] for k in _USAGE_KEYS if k in self.usage},
+            "cost": self.cost,
+        }

@@ -30,19 +30,22 @@ def check_budget_config(
     max_cost: float | None,
     prices: Mapping[str, ModelPrice] | None,
     model: str | None,
+    names: tuple[str, str] = ("max_total_tokens", "max_cost"),
 ) -> None:
     """Raise ValueError naming a bad budget knob (or a cost cap without a price).
 
-    ``model`` None skips the price check (the model is not known yet).
+    ``model`` None skips the price check (the model is not known yet). ``names``: the
+    knobs' names in messages (the session budgets share these checks).
     """
+    tokens_knob, cost_knob = names
     if max_total_tokens is not None and (
         isinstance(max_total_tokens, bool) or not isinstance(max_total_tokens, int)
     ):
-        raise ValueError(f"max_total_tokens must be an int >= 1 or None, got {max_total_tokens!r}")
+        raise ValueError(f"{tokens_knob} must be an int >= 1 or None, got {max_total_tokens!r}")
     if max_total_tokens is not None and max_total_tokens < 1:
-        raise ValueError(f"max_total_tokens must be >= 1 or None, got {max_total_tokens!r}")
+        raise ValueError(f"{tokens_knob} must be >= 1 or None, got {max_total_tokens!r}")
     if max_cost is not None and not max_cost > 0:
-        raise ValueError(f"max_cost must be > 0 or None, got {max_cost!r}")
+        raise ValueError(f"{cost_knob} must be > 0 or None, got {max_cost!r}")
     if prices is not None and not isinstance(prices, Mapping):
         raise ValueError(f"prices must be a mapping of model name to ModelPrice, got {prices!r}")
     for name, price in (prices or {}).items():
@@ -50,7 +53,7 @@ def check_budget_config(
             raise ValueError(f"prices[{name!r}] must be a ModelPrice, got {price!r}")
     if max_cost is not None and model is not None and model not in (prices or {}):
         raise ValueError(
-            f"max_cost needs the price of model {model!r}: pass "
+            f"{cost_knob} needs the price of model {model!r}: pass "
             f"prices={{{model!r}: ModelPrice(input_per_million=..., output_per_million=...)}}"
         )
 

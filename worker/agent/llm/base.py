@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from reactq.shared.messages import ToolCall
+from reactq.shared.protocol.ratelimit import ProviderLimits
 
 __all__ = ["DeltaSink", "LLMClient", "LLMResponse", "RequestOptions", "uses_max_completion_tokens"]
 
@@ -85,6 +86,8 @@ class LLMResponse:
     ``reasoning``: DeepSeek, vLLM, llama.cpp); None when it sent none."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields of the provider's message reactq does not know, as sent (kept, not replayed)."""
+    limits: ProviderLimits | None = None
+    """What the provider said is left of its rate limits (``x-ratelimit-*`` headers)."""
 
     @property
     def truncated(self) -> bool:

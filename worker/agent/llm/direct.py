@@ -10,7 +10,8 @@ sends each body on one aiohttp session with those headers. What comes back is
 judged by the SDK: a refusal becomes the SDK's own ``APIStatusError`` subclass
 (``_make_status_error_from_response``), a failed connection its
 ``APIConnectionError`` or ``APITimeoutError``, so ``OpenAICompatibleClient``
-maps errors and reads ``Retry-After`` as before. Streams stay on the SDK.
+maps errors and reads ``Retry-After`` as before; a 2xx's ``x-ratelimit-*`` headers
+come back beside its body (``ProviderLimits``). Streams stay on the SDK.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from aiohttp.helpers import get_env_proxy_for_url
 from openai import AsyncOpenAI
 from openai._models import FinalRequestOptions
 from yarl import URL
+
+from reactq.shared.protocol.ratelimit import ProviderLimits
 
 # Headers the SDK sets per attempt; the session's own are recomputed by aiohttp.
 _PER_REQUEST = frozenset(
@@ -60,8 +63,9 @@ class DirectPost:
         except LookupError:
             pass
 
-    async def post(self, body: dict[str, Any]) -> Any:
-        """One completion: the decoded JSON of a 2xx answer, or the SDK's error."""
+    async def post(self, body: dict[str, Any]) -> tuple[Any, ProviderLimits | None]:
+        """One completion: the decoded JSON of a 2xx answer and the rate limits its
+        headers state, or the SDK's error."""
         session = self._session
         if session is None or session.closed:
             session = self._session = aiohttp.ClientSession(
@@ -74,7 +78,10 @@ class DirectPost:
                 self._url, data=data, headers=self._headers, timeout=self._timeout, **self._proxy
             ) as response:
                 content = await response.read()
-                status, headers = response.status, list(response.headers.items())
+                status = response.status
+                failed = status >= 400
+                headers = list(response.headers.items()) if failed else []
+                limits = None if failed else ProviderLimits.from_headers(response.headers)
         except TimeoutError as exc:
             raise openai.APITimeoutError(request=self._request()) from exc
         except aiohttp.ClientError as exc:
@@ -84,7 +91,7 @@ class DirectPost:
                 status, headers=headers, content=content, request=self._request()
             )
             raise self._client._make_status_error_from_response(answer)
-        return json.loads(content)
+        return json.loads(content), limits
 
     def _request(self) -> httpx2.Request:
         """The request, as the SDK's errors carry it."""

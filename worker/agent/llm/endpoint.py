@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from reactq.shared.logs import redact_also
+from reactq.shared.protocol.ratelimit import RateLimit
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.base import LLMClient
 from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
@@ -23,7 +24,7 @@ from reactq.worker.agent.llm.pool import LLMClientPool
 if TYPE_CHECKING:
     from reactq.worker.definitions import Agent
 
-__all__ = ["ClientCache", "ClientFactory", "LLMEndpoint", "Model", "as_model"]
+__all__ = ["ClientCache", "ClientFactory", "LLMEndpoint", "Model", "RateLimit", "as_model"]
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,14 @@ class Model:
     """Its OpenAI-compatible endpoint; None: the agent's."""
     api_key_env: str | None = None
     """The environment variable holding its key (read through Settings)."""
+    rate_limit: RateLimit | None = None
+    """Its share of the pool's rate limit; None: the agent's on the agent's endpoint,
+    none on its own."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ValueError(f"a fallback model needs a non-empty name, got {self.name!r}")
+        check_rate_limit(self.rate_limit)
         for knob in ("base_url", "api_key_env"):
             value = getattr(self, knob)
             if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -76,6 +81,8 @@ class LLMEndpoint:
     """Retries of a retryable failure (RetryPolicy), after the first try."""
     headers: tuple[tuple[str, str], ...] = ()
     """Extra HTTP headers sent with every request."""
+    rate_limit: RateLimit | None = None
+    """The requests and tokens per minute the pool may send its model here, together."""
 
     def secrets(self) -> list[str]:
         """The values that must never be logged: the key and every header value."""
@@ -134,6 +141,15 @@ class ClientCache:
             close = getattr(client, "aclose", None)
             if close is not None:
                 await close()
+
+
+def check_rate_limit(value: object) -> None:
+    """ValueError unless ``value`` is a RateLimit or None."""
+    if value is not None and not isinstance(value, RateLimit):
+        raise ValueError(
+            f"rate_limit must be a RateLimit(requests_per_minute=..., tokens_per_minute=...) "
+            f"or None, got {value!r}"
+        )
 
 
 def header_items(

@@ -43,6 +43,7 @@ from reactq.shared.errors import (
     LLMStreamCutError,
     LLMUndecodableError,
 )
+from reactq.shared.protocol.ratelimit import ProviderLimits
 from reactq.worker.agent.llm.base import DEFAULT_OPTIONS, DeltaSink, LLMResponse, RequestOptions
 from reactq.worker.agent.llm.direct import DirectPost
 from reactq.worker.agent.llm.parse import (
@@ -149,7 +150,10 @@ class OpenAICompatibleClient:
             try:
                 if stream:
                     return await self._complete_stream(body, on_delta, on_reasoning, delivered)
-                return from_completion_json(await self._post(body))
+                answer, limits = await self._post(body)
+                response = from_completion_json(answer)
+                response.limits = limits
+                return response
             except LLMError as exc:
                 error = self._redacted(exc)
             except openai.OpenAIError as exc:
@@ -170,8 +174,9 @@ class OpenAICompatibleClient:
                 raise error from None
             await asyncio.sleep(wait)
 
-    async def _post(self, body: dict[str, Any]) -> Any:
-        """One non-streamed completion as decoded JSON.
+    async def _post(self, body: dict[str, Any]) -> tuple[Any, ProviderLimits | None]:
+        """One non-streamed completion as decoded JSON, and the rate limits its headers
+        state (``x-ratelimit-*``).
 
         On our own client, ``DirectPost`` (llm/direct.py): the request the SDK builds,
         sent on aiohttp, its answer judged by the SDK. On a client passed in, the
@@ -183,7 +188,7 @@ class OpenAICompatibleClient:
         if self._direct is not None:
             return await self._direct.post(body)
         response = await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response)
-        return json.loads(response.content)
+        return json.loads(response.content), ProviderLimits.from_headers(response.headers)
 
     async def _complete_stream(
         self,
@@ -227,7 +232,9 @@ class OpenAICompatibleClient:
         finally:
             # Also on cancellation: closing frees the connection mid-generation.
             await stream.close()
-        return assembler.result()
+        response = assembler.result()
+        response.limits = ProviderLimits.from_headers(stream.response.headers)
+        return response
 
     async def aclose(self) -> None:
         """Close the HTTP connections (only when this object created the SDK client)."""

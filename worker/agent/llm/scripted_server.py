@@ -16,6 +16,8 @@ import inspect
 import json
 import signal
 import threading
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -42,6 +44,10 @@ class ScriptedServer:
     private loop in a thread. ``requests`` keeps the last ``max_requests``
     request bodies received (oldest first), ``request_headers`` their HTTP headers
     (names in lower case).
+
+    ``requests_per_second`` makes it a provider with a rate limit: a request beyond
+    that many in the last second is answered 429 (counted in ``rate_limited``), and
+    every answer carries ``x-ratelimit-remaining-requests`` / ``-reset-requests``.
     """
 
     def __init__(
@@ -52,9 +58,12 @@ class ScriptedServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_requests: int = 1000,
+        requests_per_second: int | None = None,
     ) -> None:
         if latency < 0:
             raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
+        if requests_per_second is not None and requests_per_second < 1:
+            raise ValueError(f"requests_per_second must be >= 1, got {requests_per_second!r}")
         self.handler = handler
         self.latency = latency
         self.host = host
@@ -65,6 +74,12 @@ class ScriptedServer:
         self.request_count = 0
         self.streams_abandoned = 0
         """Streams the client closed before their end (a cancelled generation)."""
+        self.requests_per_second = requests_per_second
+        self.rate_limited = 0
+        """Requests answered 429 for going over ``requests_per_second``."""
+        self.request_times: list[float] = []
+        """``time.monotonic()`` of each chat request answered within the rate limit."""
+        self._window: deque[float] = deque()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
         self._thread: threading.Thread | None = None
@@ -235,6 +250,12 @@ class ScriptedServer:
         if len(self.requests) > self.max_requests:
             del self.requests[: len(self.requests) - self.max_requests]
             del self.request_headers[: len(self.request_headers) - self.max_requests]
+        limits: tuple[tuple[str, str], ...] = ()
+        if self.requests_per_second is not None:
+            refused, limits = self._rate_limit()
+            if refused is not None:
+                await self._send(writer, 429, refused, headers=limits, close=close)
+                return
         if self.latency:
             await asyncio.sleep(self.latency)
         try:
@@ -246,6 +267,8 @@ class ScriptedServer:
             return
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if limits:
+            reply = reply.but(headers=(*limits, *reply.headers))
         if not reply.is_completion:
             assert reply.body is not None
             await self._send(
@@ -256,6 +279,32 @@ class ScriptedServer:
         else:
             payload = json.dumps(completion_body(reply, request), ensure_ascii=False).encode()
             await self._send(writer, reply.status, payload, headers=reply.headers, close=close)
+
+    def _rate_limit(self) -> tuple[bytes | None, tuple[tuple[str, str], ...]]:
+        """Count a request against ``requests_per_second`` (a sliding one-second
+        window): the body of a 429 when it is one too many (else None), and the
+        rate-limit headers of the answer."""
+        assert self.requests_per_second is not None
+        now = time.monotonic()
+        window = self._window
+        while window and window[0] <= now - 1.0:
+            window.popleft()
+        over = len(window) >= self.requests_per_second
+        if over:
+            self.rate_limited += 1
+        else:
+            window.append(now)
+            self.request_times.append(now)
+        reset_ms = max(1, round((window[0] + 1.0 - now) * 1000)) if window else 0
+        headers = (
+            ("x-ratelimit-limit-requests", str(self.requests_per_second)),
+            ("x-ratelimit-remaining-requests", str(self.requests_per_second - len(window))),
+            ("x-ratelimit-reset-requests", f"{reset_ms}ms"),
+        )
+        if not over:
+            return None, headers
+        error = {"error": {"message": "rate limit exceeded", "type": "requests", "code": None}}
+        return json.dumps(error).encode(), (*headers, ("retry-after-ms", str(reset_ms)))
 
     async def _send(
         self,

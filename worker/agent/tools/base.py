@@ -14,8 +14,8 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -43,6 +43,13 @@ class ToolContext:
     """True when an earlier attempt started this very call and did not record its
     result (its worker died): the call may have had side effects already. Calls
     whose results were recorded never run again."""
+    context: Mapping[str, Any] = field(default_factory=dict)
+    """The turn's context, as the producer passed it (``submit(..., context=...)``):
+    the tenant, the user, whatever the tools need to know whom they act for."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The turn's metadata, as the producer passed it."""
+    agent: str = ""
+    """The agent that runs the turn."""
 
 
 class ToolArgumentsError(ToolError):
