@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/reactq demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=12 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check reactq shared worker producer tests bench examples scripts

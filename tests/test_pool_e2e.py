@@ -56,6 +56,10 @@ def pool_env(
         "REACTQ_DATABASE_URL": database_url,
         "OPENAI_BASE_URL": model.base_url,
         "OPENAI_API_KEY": "test-key",
+        # A session left with work and no drain is the reaper's after a lease TTL:
+        # short here, so the malformed-payload test does not wait the default 30 s.
+        "REACTQ_LEASE_TTL_SECONDS": "3",
+        "REACTQ_REAPER_INTERVAL_SECONDS": "0.5",
     }
     if request.param == "rabbitmq":
         # RabbitMQ as the broker; Redis still carries events, leases and queues.
