@@ -7,9 +7,11 @@ imports ``worker``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeVar, overload
 
+from pydantic import BaseModel, ValidationError
 from redis.asyncio import Redis
 
 from reactq.producer import sessions
@@ -22,6 +24,7 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     ConfigError,
     InvalidMessageError,
+    InvalidOutputError,
     InvalidTurnError,
     TurnRejectedError,
     UnknownAgentError,
@@ -29,6 +32,7 @@ from reactq.shared.errors import (
 from reactq.shared.events import ApprovalDecidedEvent, Event, FinalEvent, QueuedEvent
 from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage
+from reactq.shared.netcheck import AllowList
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
 from reactq.shared.protocol.control import CancelMode, notify_cancel
@@ -47,6 +51,9 @@ from reactq.shared.turns import (
     validate_message,
     validate_session_id,
 )
+from reactq.shared.webhooks import Webhooks, check_url
+
+log = logging.getLogger("reactq.producer")
 
 __all__ = [
     "CancelResult",
@@ -94,6 +101,9 @@ def _check_text(message: str) -> None:
         ) from None
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 class TurnHandle:
     """A submitted turn: its id, its events and its outcome."""
 
@@ -133,6 +143,41 @@ class TurnHandle:
         self._final = await asyncio.wait_for(wait(), timeout)
         return self._final
 
+    @overload
+    async def output(
+        self, output_type: None = None, timeout: float | None = None
+    ) -> dict[str, Any]: ...
+    @overload
+    async def output(self, output_type: type[M], timeout: float | None = None) -> M: ...
+    async def output(
+        self, output_type: type[M] | None = None, timeout: float | None = None
+    ) -> M | dict[str, Any]:
+        """Wait for the turn's structured answer (an agent with ``output_type``): as
+        ``output_type`` (a pydantic model class), else as the JSON object.
+        InvalidOutputError when the turn ended without one (its status and code say
+        why) or the object does not fit ``output_type``."""
+        return typed_output(await self.result(timeout), output_type)
+
+
+def typed_output(final: FinalEvent, output_type: type[M] | None) -> M | dict[str, Any]:
+    """``final.output`` as ``output_type`` (or the object itself when None);
+    InvalidOutputError when the turn ended without one, or it does not fit."""
+    if final.output is None:
+        raise InvalidOutputError(
+            f"turn {final.turn_id} ended with status {final.status} and no structured "
+            f"output (code {final.code or 'none'}): {final.text[:200]}",
+            status=str(final.status),
+            turn_code=final.code,
+        )
+    if output_type is None:
+        return final.output
+    try:
+        return output_type.model_validate(final.output)
+    except ValidationError as exc:
+        raise InvalidOutputError(
+            f"turn {final.turn_id}'s output does not fit {output_type.__name__}: {exc}"
+        ) from None
+
 
 class Producer:
     """Puts turns on the pool's queues and reads their events and history."""
@@ -163,6 +208,7 @@ class Producer:
         self.approvals = Approvals(self.redis, self.keys, self.settings.session_meta_ttl_seconds)
         self.registry = WorkerRegistry(self.redis, self.keys)
         self.dispatcher = Dispatcher(self.settings)
+        self.webhooks = Webhooks(self.redis, self.keys, self.settings)
         self._store: StateStore | None = None
         self._store_lock = asyncio.Lock()
         self._audit: AuditSink | None = None
@@ -198,6 +244,7 @@ class Producer:
         metadata: dict[str, Any] | None = None,
         context: dict[str, Any] | None = None,
         overrides: dict[str, Any] | None = None,
+        webhook: str | None = None,
     ) -> TurnHandle:
         """Validate and enqueue a turn; returns its handle.
 
@@ -206,13 +253,17 @@ class Producer:
         (``ToolContext.context``), hooks, policies and a system prompt that is a
         function of the turn, and is never published; ``overrides`` change the loop
         knobs the agent allows (``Agent(overridable=...)``) for this turn only.
+        ``webhook`` (else the agent's ``Agent(webhook=...)``) is POSTed, signed with
+        REACTQ_WEBHOOK_SECRET, once the turn ends, however it ends (README, "Webhooks").
 
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
         session id, an empty, oversized or unencodable message, metadata or context that
         does not travel as JSON (or a context over the limit), an override the agent
         does not allow or a value its knob cannot take, an unknown agent or a session
         that belongs to another agent; TurnRejectedError when ``strategy="reject"``
-        finds the session busy.
+        finds the session busy; WebhookRefusedError for a webhook that is not http(s) or
+        reaches an address that is not public (REACTQ_WEBHOOK_ALLOW_HOSTS), and
+        ConfigError for a webhook without REACTQ_WEBHOOK_SECRET.
         """
         validate_session_id(session_id)
         validate_message(message, self.settings.max_message_bytes)
@@ -239,6 +290,9 @@ class Producer:
                 agent=agent,
             )
         overrides = check_overrides(overrides, profile.overridable, agent)
+        hook = webhook if webhook is not None else profile.webhook
+        if hook is not None:
+            await self._check_webhook(hook)
         turn = TurnRequest(
             session_id=session_id,
             agent=agent,
@@ -248,6 +302,9 @@ class Producer:
             context=context,
             overrides=overrides,
         )
+        if hook is not None:
+            # Before the push: whoever ends the turn, however soon, finds it.
+            await self.webhooks.register(session_id, turn.turn_id, hook, agent)
         outcome = await self.queue.submit(turn)
         if outcome.status is SubmitStatus.AGENT_MISMATCH:
             raise AgentMismatchError(
@@ -256,7 +313,7 @@ class Producer:
                 agent=outcome.session_agent,
             )
         if outcome.status is SubmitStatus.REJECTED:
-            await endings.rejected(self.publisher, turn)
+            await self._ended(await endings.rejected(self.publisher, turn))
             raise TurnRejectedError(
                 f"session {session_id!r} is busy and the strategy is 'reject'",
                 turn_id=turn.turn_id,
@@ -265,9 +322,8 @@ class Producer:
             mode = CancelMode(strategy.value)  # interrupt or rollback
             await notify_cancel(self.redis, self.keys, outcome.stopped_running, mode)
         for dropped in outcome.dropped_pending:
-            await endings.cancelled(
-                self.publisher, session_id, dropped, f"superseded by {turn.turn_id}"
-            )
+            why = f"superseded by {turn.turn_id}"
+            await self._ended(await endings.cancelled(self.publisher, session_id, dropped, why))
         queued = await self.publisher.publish(
             QueuedEvent(
                 session_id=session_id,
@@ -297,17 +353,34 @@ class Producer:
         if result.outcome is CancelOutcome.CANCELLED and parked:
             # It waited for decisions: the cancel dropped its steps; the turns behind
             # it go on.
-            await endings.cancelled(
-                self.publisher, session_id, turn_id, "cancelled while it waited for approval"
-            )
+            why = "cancelled while it waited for approval"
+            await self._ended(await endings.cancelled(self.publisher, session_id, turn_id, why))
             await self._dispatch_if_work(session_id)
         elif result.outcome is CancelOutcome.CANCELLED:
-            await endings.cancelled(
-                self.publisher, session_id, turn_id, "cancelled before it started"
-            )
+            why = "cancelled before it started"
+            await self._ended(await endings.cancelled(self.publisher, session_id, turn_id, why))
         elif result.outcome is CancelOutcome.CANCELLING:
             await notify_cancel(self.redis, self.keys, turn_id, CancelMode.CANCEL)
         return result
+
+    async def _check_webhook(self, url: str) -> None:
+        """Refuse a webhook now, before anything is enqueued (the worker checks it again
+        when it delivers: DNS may change)."""
+        if self.settings.webhook_secret is None:
+            raise ConfigError(
+                "a turn with a webhook needs REACTQ_WEBHOOK_SECRET (its POSTs are signed with "
+                "it): set it on the producer and the workers"
+            )
+        await check_url(url, AllowList(self.settings.webhook_allow_hosts))
+
+    async def _ended(self, final: FinalEvent) -> None:
+        """A turn ended here (it never ran): enqueue its webhook, if it has one."""
+        try:
+            await self.webhooks.ended(final, self.dispatcher.webhook)
+        except Exception:
+            # The turn has ended, whatever: its caller learns of a lost delivery from
+            # the turn's status (no attempts), and the log says why.
+            log.exception("turn %s: could not enqueue its webhook", final.turn_id)
 
     async def approve(
         self, turn_id: str, call_id: str, note: str | None = None, *, by: str | None = None

@@ -193,6 +193,7 @@ async def submit_turn(session_id: SessionId, body: TurnCreate, gateway: GatewayD
         metadata=body.metadata,
         context=body.context,
         overrides=body.overrides,
+        webhook=body.webhook,
     )
     queued_id = handle.queued.id or "0"
     ms = int(queued_id.split("-")[0])

@@ -36,6 +36,7 @@ from reactq.shared.errors import (
     ReactqError,
     TurnRejectedError,
     UnknownAgentError,
+    WebhookRefusedError,
 )
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ SUBMIT_REFUSALS: dict[int | str, dict[str, Any]] = {
         "metadata that does not serialise to JSON, such as a lone surrogate (``body.metadata``), "
         "an override the agent does not allow or a value its knob cannot take "
         "(``override_not_allowed``, ``invalid_override``, ``body.overrides``), "
+        "a webhook URL that is not http(s) or not public (``webhook_refused``, ``body.webhook``), "
         "a session id of '.' or '..' (``path.session_id``); "
         "``field`` and ``errors`` say which and why",
     },
@@ -95,6 +97,7 @@ _TURN_ERRORS: list[tuple[type[ReactqError], int, str | None]] = [
     (InvalidOverrideError, 422, "body.overrides"),
     (UnknownAgentError, 422, "body.agent"),
     (AgentMismatchError, 409, "body.agent"),
+    (WebhookRefusedError, 422, "body.webhook"),
     (InvalidTurnError, 422, None),
     (TurnRejectedError, 409, None),
 ]

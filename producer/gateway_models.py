@@ -38,6 +38,9 @@ class TurnCreate(BaseModel):
     overrides: dict[str, Any] = Field(default_factory=dict)
     """Loop knobs this turn changes, among those the agent allows (else 422 naming the
     field)."""
+    webhook: str | None = Field(None, max_length=2048)
+    """An http(s) URL POSTed (signed) when the turn ends; else the agent's default. A URL
+    that is not public is refused (422, ``webhook_refused``)."""
 
 
 class TurnAccepted(BaseModel):

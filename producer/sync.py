@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
 
 from reactq.producer.client import (
     CancelResult,
@@ -29,6 +31,7 @@ from reactq.producer.client import (
     SessionDetail,
     TurnHandle,
     TurnInfo,
+    typed_output,
 )
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
@@ -37,6 +40,7 @@ from reactq.shared.state import BranchInfo, SessionPage, SessionUsage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 async def _wait(awaitable: Awaitable[T]) -> T:
@@ -105,6 +109,17 @@ class SyncTurnHandle:
         """Wait for the turn's FinalEvent; TimeoutError after ``timeout`` s."""
         return self._loop.run(self._handle.result(timeout))
 
+    @overload
+    def output(self, output_type: None = None, timeout: float | None = None) -> dict[str, Any]: ...
+    @overload
+    def output(self, output_type: type[M], timeout: float | None = None) -> M: ...
+    def output(
+        self, output_type: type[M] | None = None, timeout: float | None = None
+    ) -> M | dict[str, Any]:
+        """Wait for the turn's structured answer, as ``output_type`` or the JSON object
+        (``TurnHandle.output``); InvalidOutputError when it ended without one."""
+        return typed_output(self.result(timeout), output_type)
+
 
 class SyncProducer:
     """Blocking ``Producer``: the same methods, without ``await``."""
@@ -149,6 +164,7 @@ class SyncProducer:
         metadata: dict[str, Any] | None = None,
         context: dict[str, Any] | None = None,
         overrides: dict[str, Any] | None = None,
+        webhook: str | None = None,
     ) -> SyncTurnHandle:
         """Validate and enqueue a turn (takes and raises like ``Producer.submit``)."""
         handle = self._loop.run(
@@ -160,6 +176,7 @@ class SyncProducer:
                 metadata=metadata,
                 context=context,
                 overrides=overrides,
+                webhook=webhook,
             )
         )
         return SyncTurnHandle(self._loop, handle)

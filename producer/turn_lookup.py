@@ -19,6 +19,7 @@ from reactq.shared.events import Event, FinalEvent, QueuedEvent, StartedEvent, p
 from reactq.shared.redis_client import text
 from reactq.shared.state import TurnRecord
 from reactq.shared.turns import TurnStatus
+from reactq.shared.webhooks import WebhookStatus
 
 if TYPE_CHECKING:
     from reactq.producer.client import Producer
@@ -76,6 +77,8 @@ class TurnInfo(BaseModel):
     """What the producer attached to it (``submit(..., metadata=...)``)."""
     config_version: str | None = None
     """A hash of the definition of the agent that ran it (None before a worker did)."""
+    webhook: WebhookStatus | None = None
+    """Its webhook and the delivery's attempts (None: it has none, or Redis forgot it)."""
 
 
 def summarize(
@@ -218,8 +221,11 @@ async def find_turn(producer: Producer, turn_id: str) -> TurnInfo | None:
     """A turn's status, latest attempt, final, usage and times, or None if neither
     Redis nor the state store knows it."""
     info = await _from_redis(producer, turn_id)
-    if info is not None and (info.final is not None or not info.status.is_final):
-        return info
-    # Redis forgot the turn, or its stream expired (or was trimmed) past its final.
-    stored = await _from_store(producer, turn_id)
-    return stored if stored is not None else info
+    if info is None or (info.final is None and info.status.is_final):
+        # Redis forgot the turn, or its stream expired (or was trimmed) past its final.
+        stored = await _from_store(producer, turn_id)
+        info = stored if stored is not None else info
+    if info is None:
+        return None
+    webhook = await producer.webhooks.status(info.session_id, turn_id)
+    return info if webhook is None else info.model_copy(update={"webhook": webhook})

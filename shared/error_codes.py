@@ -71,6 +71,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("invalid_override", False, "An override's value is not one its field can take."),
         ("unknown_agent", False, "No worker hosts the named agent."),
         ("agent_mismatch", False, "The session belongs to another agent."),
+        ("webhook_refused", False, "The webhook URL is not http(s) or not a public address."),
         ("turn_rejected", True, "The reject strategy refused the turn: the session was busy."),
         ("session_not_found", False, "The state store has no such session."),
         ("session_busy", True, "A turn of the session runs: deleting it needs force (cancels it)."),
@@ -119,6 +120,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("tool_required", False, "The model kept answering without the tool it must call first."),
         ("budget_exceeded", False, "The turn spent its token or cost budget."),
         ("session_budget_exceeded", False, "The session is over its token or cost budget."),
+        ("invalid_output", False, "The final answer did not match the output schema, twice."),
     ),
     *_codes(
         "tool",

@@ -22,7 +22,8 @@
     │   │                                               change that field)
     │   ├── InvalidOverrideError     invalid_override  (an allowed field, a value it cannot take)
     │   ├── UnknownAgentError        unknown_agent
-    │   └── AgentMismatchError       agent_mismatch
+    │   ├── AgentMismatchError       agent_mismatch
+    │   └── WebhookRefusedError      webhook_refused   (not http(s), or not a public address)
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
     ├── TurnCommittedError           turn_committed    (a second commit of a turn: refused, the
@@ -62,6 +63,8 @@
     │   ├── EmptyResponseError       empty_response    (NATIVE: nothing, twice)
     │   ├── ToolRequiredError        tool_required     (require_tool_before_final: the
     │   │                                               model kept answering without a tool)
+    │   ├── InvalidOutputError       invalid_output    (output_type: the final answer did not
+    │   │                                               match the schema, twice)
     │   └── BudgetExceededError      budget_exceeded   (max_total_tokens / max_cost)
     │       └── SessionBudgetExceededError session_budget_exceeded (the session's totals are
     │                                               over session_max_cost / _tokens)
@@ -239,6 +242,13 @@ class AgentMismatchError(InvalidTurnError):
     code = "agent_mismatch"
 
 
+class WebhookRefusedError(InvalidTurnError):
+    """A turn's webhook URL is refused: not http(s), has credentials, does not resolve,
+    or reaches an address that is not public (REACTQ_WEBHOOK_ALLOW_HOSTS lifts that)."""
+
+    code = "webhook_refused"
+
+
 class TurnRejectedError(ReactqError):
     """The multitask strategy refused the turn (the session was busy)."""
 
@@ -396,6 +406,14 @@ class ToolRequiredError(AgentRunError):
     even after the reminders."""
 
     code = "tool_required"
+
+
+class InvalidOutputError(AgentRunError):
+    """The agent has an ``output_type`` and the model's final answer did not match it,
+    even after a retry that quoted the validation error (status ``invalid_output``).
+    ``TurnHandle.output`` raises it too, for a turn that ended without an output."""
+
+    code = "invalid_output"
 
 
 class BudgetExceededError(AgentRunError):

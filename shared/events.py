@@ -179,6 +179,29 @@ class UsageEvent(BaseEvent):
     """Why the model stopped (stop, tool_calls, length, ...)."""
     truncated: bool = False
     """True when the generation was cut off by the token cap (finish_reason ``length``)."""
+    context_tokens: int | None = None
+    """Tokens of the request in the model's window (the provider's count, else the estimate)."""
+    context_window: int | None = None
+    """The model's context window in tokens (``Agent(context_window=...)`` or the table's)."""
+    context_percent: float | None = None
+    """``context_tokens`` as a percentage of ``context_window`` (one decimal)."""
+
+
+class CompactedEvent(BaseEvent):
+    """The oldest part of the conversation was summarised before a model call; the
+    summary is committed with the turn, and the model reads from it on."""
+
+    type: Literal["compacted"] = "compacted"
+    summarised_messages: int
+    """How many messages the summary stands for (an earlier summary counts as one)."""
+    up_to_sequence: int
+    """The last message of the branch it stands for (messages 1..up_to_sequence)."""
+    tokens_before: int
+    """The request's estimated tokens before the compaction."""
+    tokens_after: int
+    """Its estimated tokens with the summary instead."""
+    model: str
+    """The model that wrote the summary."""
 
 
 class ErrorEvent(BaseEvent):
@@ -209,6 +232,9 @@ class FinalEvent(BaseEvent):
     """Why a run ended in error or over budget (an error code: ``reactq errors``)."""
     config_version: str | None = None
     """A hash of the definition of the agent that answered (None: no worker ran it)."""
+    output: dict[str, Any] | None = None
+    """The validated structured answer (a JSON object) of an agent with an ``output_type``;
+    ``text`` then holds it as JSON. None otherwise, and for a turn that did not complete."""
 
 
 class ApprovalRequestedEvent(BaseEvent):
@@ -248,6 +274,7 @@ Event = Annotated[
     | ObservationEvent
     | ToolFailedEvent
     | UsageEvent
+    | CompactedEvent
     | ErrorEvent
     | ApprovalRequestedEvent
     | ApprovalDecidedEvent

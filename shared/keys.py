@@ -90,6 +90,11 @@ class Keys:
         JSON), from its first completed step until it ends."""
         return self._s(session_id, "steps")
 
+    def webhook(self, session_id: str, turn_id: str) -> str:
+        """A hash of the turn's webhook: its URL, agent, whether its delivery was
+        enqueued, and one ``attempt:<n>`` field per POST (``shared/webhooks.py``)."""
+        return self._s(session_id, f"webhook:{turn_id}")
+
     def lease(self, session_id: str) -> str:
         """The session's lease: ``<token>:<owner>`` with a TTL."""
         return self._s(session_id, "lease")

@@ -46,6 +46,9 @@ class ChatMessage(BaseModel):
     """The turn that produced it (stored, never sent to the model)."""
     sequence: int | None = Field(default=None, exclude=True)
     """Its 1-based position in its branch's history, as read from a store (never sent)."""
+    summary_of: int | None = Field(default=None, exclude=True)
+    """Set on a compaction summary: it stands for messages 1..summary_of of its branch,
+    and the model reads the branch from the latest summary on (stored, never sent)."""
 
     def to_openai(self, *, reasoning: bool = True) -> dict[str, Any]:
         """The message in the Chat Completions wire format.

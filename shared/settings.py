@@ -24,7 +24,9 @@ from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS
 from reactq.shared.redis_urls import is_cluster_url
 
 # Settings whose env var holds a comma-separated list.
-_LIST_FIELDS = frozenset({"agents", "api_keys", "cors_origins", "download_allow_hosts"})
+_LIST_FIELDS = frozenset(
+    {"agents", "api_keys", "cors_origins", "download_allow_hosts", "webhook_allow_hosts"}
+)
 
 # The environment ``from_env`` is reading, for defaults that depend on it (the data dir).
 _reading: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
@@ -239,6 +241,29 @@ class Settings(BaseModel):
     )
     """Host names, addresses or networks (CIDR) ``download_file`` may reach though they are not
     public (comma-separated; none by default; cloud metadata addresses stay refused)."""
+    webhook_secret: SecretStr | None = Field(
+        None, json_schema_extra={"env": "REACTQ_WEBHOOK_SECRET"}
+    )
+    """Key of the HMAC-SHA256 signature on every webhook POST (``Reactq-Signature``); a turn
+    with a webhook is refused without it. Producers and workers need the same one."""
+    webhook_allow_hosts: list[str] = Field(
+        default_factory=list, json_schema_extra={"env": "REACTQ_WEBHOOK_ALLOW_HOSTS"}
+    )
+    """Host names, addresses or networks (CIDR) a webhook may be sent to though they are not
+    public (comma-separated; none by default; cloud metadata addresses stay refused)."""
+    webhook_max_attempts: int = Field(
+        6, ge=1, le=30, json_schema_extra={"env": "REACTQ_WEBHOOK_MAX_ATTEMPTS"}
+    )
+    """POSTs of one webhook delivery before it is given up (a 2xx answer ends it)."""
+    webhook_backoff_seconds: float = Field(
+        2.0, gt=0, json_schema_extra={"env": "REACTQ_WEBHOOK_BACKOFF_SECONDS"}
+    )
+    """Wait before a failed webhook's second attempt; each further wait doubles (at most
+    an hour)."""
+    webhook_timeout_seconds: float = Field(
+        10.0, gt=0, json_schema_extra={"env": "REACTQ_WEBHOOK_TIMEOUT_SECONDS"}
+    )
+    """How long one webhook POST may take (connect to answer) before it counts as failed."""
     approval_timeout_seconds: float = Field(
         86400.0, gt=0, json_schema_extra={"env": "REACTQ_APPROVAL_TIMEOUT_SECONDS"}
     )

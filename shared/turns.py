@@ -45,6 +45,8 @@ class TurnStatus(StrEnum):
     CANCELLED = "cancelled"
     REJECTED = "rejected"
     BUDGET_EXCEEDED = "budget_exceeded"
+    INVALID_OUTPUT = "invalid_output"
+    """The final answer did not match the agent's ``output_type``, twice."""
 
     @property
     def is_final(self) -> bool:

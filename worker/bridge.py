@@ -32,6 +32,7 @@ from reactq.shared.redis_client import connect, preload_scripts
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, open_store
+from reactq.shared.webhooks import Send, Webhooks
 from reactq.worker.agent.llm import LLMClient
 from reactq.worker.agent.llm.endpoint import ClientCache
 from reactq.worker.agent.llm.pool import clients_for
@@ -60,6 +61,9 @@ class Bridge:
         self.store: StateStore | None = None
         self.llms: list[LLMClient] = []
         self.drainer: Drainer | None = None
+        self.webhooks: Webhooks | None = None
+        self.send_webhook: Send | None = None
+        """Enqueues a webhook delivery (``run_worker`` sets it to its dispatcher's)."""
         self.registry: WorkerRegistry | None = None
         self.audit: AuditSink | None = None
         self.mcp = MCPManager()
@@ -147,6 +151,7 @@ class Bridge:
         # A turn's steps outlive any wait for decisions; they go when the turn ends.
         steps_ttl = max(s.session_meta_ttl_seconds, int(s.approval_timeout_seconds) + 3600)
         steps = TurnSteps(self.redis, keys, steps_ttl)
+        self.webhooks = Webhooks(self.redis, keys, s)
         path = s.database_path
         created = path is not None and not path.exists()
         self.store = await open_store(s.database_url, namespace=s.namespace)
@@ -186,6 +191,7 @@ class Bridge:
             settings=s,
             worker_name=self.worker_name,
             steps=steps,
+            webhooks=self.webhooks,
         )
         await registry.register_agents(sorted(self.agents), self.worker_name, self._profiles())
         self._duties = [

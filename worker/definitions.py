@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reactq.shared.errors import ConfigError, SkillError
+from reactq.shared.errors import ConfigError, SkillError, WebhookRefusedError
 from reactq.shared.protocol.registry import AgentProfile
 from reactq.shared.settings import Settings
+from reactq.shared.webhooks import split_url
 from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig, PromptFunction
 from reactq.worker.agent.fingerprint import fingerprint
 from reactq.worker.agent.interventions import maybe_await
@@ -96,6 +97,9 @@ class Agent:
     rate_limit: RateLimit | None
     """Requests and tokens per minute the whole pool may send its model (one budget in
     Redis); None: the settings' (REACTQ_LLM_*_PER_MINUTE) on their endpoint, else none."""
+    webhook: str | None
+    """Where its turns' ends are POSTed (signed) unless a turn names its own webhook; None:
+    only turns that name one. Checked like every webhook when a turn is submitted."""
     loop: LoopConfig
     """The loop's knobs: model, system prompt, tool mode, limits, messages, budgets, hooks."""
     skills: SkillSet = field(init=False, repr=False)
@@ -116,6 +120,7 @@ class Agent:
         headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         client_factory: ClientFactory | None = None,
         rate_limit: RateLimit | None = None,
+        webhook: str | None = None,
         loop: LoopConfig | None = None,
         **knobs: Any,
     ) -> None:
@@ -130,7 +135,7 @@ class Agent:
             raise AgentConfigError(
                 f"agent {name!r}: unknown setting {unknown[0]!r}{hint}; an Agent takes name, "
                 "tools, mcp_servers, skills_dir, base_url, api_key, api_key_env, timeout, "
-                "max_retries, headers, client_factory, rate_limit, loop and the knobs of "
+                "max_retries, headers, client_factory, rate_limit, webhook, loop and the knobs of "
                 "LoopConfig"
             )
         if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
@@ -152,6 +157,11 @@ class Agent:
             header_pairs = header_items(headers)
             _check_client_knobs(api_key, api_key_env, timeout, max_retries, client_factory)
             check_rate_limit(rate_limit)
+            if webhook is not None:
+                try:
+                    split_url(webhook)
+                except WebhookRefusedError as exc:
+                    raise ValueError(f"webhook: {exc.message}") from None
             # Refuses duplicate names, load_skill among them.
             _with_skills(Registry(wrapped), skills)
         except ValueError as exc:
@@ -170,6 +180,7 @@ class Agent:
             ("headers", header_pairs),
             ("client_factory", client_factory),
             ("rate_limit", rate_limit),
+            ("webhook", webhook),
             ("loop", config),
             ("skills", skills),
         ):
@@ -226,7 +237,7 @@ class Agent:
     def profile(self) -> AgentProfile:
         """What a worker announces of this agent: the knobs a turn may override and its
         configuration version (producers check overrides against it at submit time)."""
-        return AgentProfile(frozenset(self.loop.overridable), self.config_version)
+        return AgentProfile(frozenset(self.loop.overridable), self.config_version, self.webhook)
 
     def registry(self) -> Registry:
         """A fresh Registry of this agent's tools (and ``load_skill`` when it has skills).

@@ -48,6 +48,7 @@ from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
 from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
+from reactq.shared.webhooks import Send, Webhooks
 from reactq.worker.agent.cancel import CancelEvent
 from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.runner import AgentRunner
@@ -77,12 +78,17 @@ class _FencedEmitter(TurnEmitter):
 
     token: int = 0
     status_ttl: int = 0
+    ended: Callable[[FinalEvent], Awaitable[None]] | None = None
+    """Called with the final once it is published (the turn's webhook)."""
 
     async def emit(self, event_cls: type[E], **fields: Any) -> E:
         if event_cls is not FinalEvent:
             return await super().emit(event_cls, **fields)
         guard = PublishGuard(self.token, self.turn_id, str(fields["status"]), self.status_ttl)
-        return await self._send(self._build(event_cls, fields), guard)
+        event = await self._send(self._build(event_cls, fields), guard)
+        if self.ended is not None and isinstance(event, FinalEvent):
+            await self.ended(event)
+        return event
 
 
 class Drainer:
@@ -101,9 +107,11 @@ class Drainer:
         worker_name: str,
         redispatch: Dispatch | None = None,
         steps: StepStore | None = None,
+        webhooks: Webhooks | None = None,
     ) -> None:
         """``steps``: where the runners checkpoint turns' steps (the store by default;
-        the pool passes its ``TurnSteps``)."""
+        the pool passes its ``TurnSteps``); ``webhooks``: the turns' webhook records (a
+        delivery is enqueued through ``send_webhook`` once a turn's final is out)."""
         self.queue = queue
         self.steps: StepStore = steps if steps is not None else store
         self.approvals = Approvals(queue.redis, queue.keys, queue.meta_ttl)
@@ -115,6 +123,8 @@ class Drainer:
         self.settings = settings
         self.worker_name = worker_name
         self.redispatch = redispatch
+        self.webhooks = webhooks
+        self.send_webhook: Send | None = None
         self.stopping = False
         self.running: dict[str, _Running] = {}
         self._background: set[asyncio.Future[int]] = set()
@@ -256,6 +266,7 @@ class Drainer:
             return None
         emitter = _FencedEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
         emitter.token, emitter.status_ttl = token, self.queue.meta_ttl
+        emitter.ended = self._ended
         try:
             return await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):
@@ -507,18 +518,34 @@ class Drainer:
         record = await self.store.get_turn(turn_id)
         if record is None:
             return False
-        await endings.committed(emitter, record)
+        if await endings.committed(emitter, record) is None:
+            # The dead holder published the final; it may have died before it
+            # enqueued the webhook (a delivery enqueued already is not sent again).
+            for event in await self.bus.read(sid, after="0"):
+                if isinstance(event, FinalEvent) and event.turn_id == turn_id:
+                    await self._ended(event)
+                    break
         await self.queue.finish(sid, turn_id, record.status)
         return True
 
+    async def _ended(self, final: FinalEvent) -> None:
+        """A turn's final is out: enqueue its webhook, if it has one. Never fails the
+        turn (the delivery is lost, and logged, when Redis or the broker is away)."""
+        if self.webhooks is None or self.send_webhook is None:
+            return
+        try:
+            await self.webhooks.ended(final, self.send_webhook)
+        except Exception:
+            log.exception("turn %s: could not enqueue its webhook", final.turn_id)
+
     async def _fail(
         self, emitter: TurnEmitter, failure: Failure, message: str, commit_fence: int | None = None
-    ) -> None:
+    ) -> FinalEvent:
         log.error("turn %s failed: %s: %s", emitter.turn_id, failure, message)
         with contextlib.suppress(Exception):  # steps of a turn that ended never commit
             await self.steps.discard_checkpoint(emitter.session_id, emitter.turn_id)
         store = self.store if commit_fence is not None else None
-        await endings.failed(emitter, failure, message, store=store, fence=commit_fence)
+        return await endings.failed(emitter, failure, message, store=store, fence=commit_fence)
 
     async def _reject_malformed(self, sid: str, claimed: ClaimedTurn, exc: Exception) -> None:
         """A payload that cannot be a turn: log it, end its turn if it names a valid
@@ -528,7 +555,7 @@ class Drainer:
         if turn_id:
             emitter = TurnEmitter(self.bus, sid, turn_id, claimed.attempt)
             text = f"the turn payload is malformed: {exc}"
-            await self._fail(emitter, Failure.INVALID_TURN, text)
+            await self._ended(await self._fail(emitter, Failure.INVALID_TURN, text))
         await self.queue.finish(sid, claimed.turn_id, TurnStatus.ERROR)
 
 

@@ -18,12 +18,15 @@ from typing import Any, TypeVar
 
 from celery import Celery, Task
 from celery.signals import worker_shutting_down
+from pydantic import ValidationError
 
 from reactq.shared.keys import Keys
 from reactq.shared.logs import log_context
 from reactq.shared.protocol.dispatch import DRAIN_TASK, Dispatcher, celery_app
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import extract_context, tracer
+from reactq.shared.webhook_delivery import deliver
+from reactq.shared.webhooks import WEBHOOK_TASK, Delivery
 from reactq.worker.bridge import Bridge
 from reactq.worker.definitions import Agent
 
@@ -38,7 +41,8 @@ to the process's loop, waiting only while ``concurrency`` turns are in flight.""
 
 
 def bind_tasks(app: Celery) -> None:
-    """Register ``reactq.drain`` on the app."""
+    """Register ``reactq.drain`` and ``reactq.webhook`` on the app."""
+    _bind_webhook(app)
 
     @app.task(name=DRAIN_TASK, ignore_result=True, bind=True)
     def drain(self: Task, session_id: Any) -> None:
@@ -70,6 +74,22 @@ def bind_tasks(app: Celery) -> None:
         # contextvars do not cross from this pool thread. The span ends with the drain.
         ctx = trace.set_span_in_context(span, parent)
         _bridge.hand_off(_traced(work, span, ctx, context, trace))
+
+
+def _bind_webhook(app: Celery) -> None:
+    @app.task(name=WEBHOOK_TASK, ignore_result=True)
+    def webhook(delivery: Any) -> None:
+        bridge = _bridge
+        if bridge is None or bridge.webhooks is None or bridge.send_webhook is None:
+            raise RuntimeError("reactq.webhook ran outside a reactq worker process")
+        try:
+            parsed = Delivery.model_validate(delivery)
+        except ValidationError as exc:
+            log.error("webhook: ignoring a malformed delivery (%s): %.200r", exc, delivery)
+            return
+        # On the loop, like a drain: a slow receiver holds no Celery thread.
+        work = deliver(parsed, bridge.settings, bridge.webhooks, bridge.send_webhook)
+        bridge.hand_off(_in_context(work, parsed.session_id))
 
 
 async def _in_context(work: Coroutine[Any, Any, T], session_id: str) -> T:
@@ -109,8 +129,10 @@ def run_worker(
     _bridge = Bridge(settings, agents, name)
     _bridge.start()
     if _bridge.drainer is not None:
-        # The reaper and a shutdown hand-over send through the worker's own app.
-        _bridge.drainer.redispatch = Dispatcher(settings, app).drain
+        # The reaper, a shutdown hand-over and webhooks send through the worker's own app.
+        dispatcher = Dispatcher(settings, app)
+        _bridge.drainer.redispatch = dispatcher.drain
+        _bridge.drainer.send_webhook = _bridge.send_webhook = dispatcher.webhook
 
     def on_shutdown(**_: Any) -> None:
         if _bridge is not None:

@@ -5,7 +5,7 @@ metadata service, databases, admin consoles. So, for every hop (redirects are
 followed by hand, each one checked again):
 
 - only ``http`` and ``https``, and no credentials in the URL;
-- the host is resolved once, and every address it resolves to must be
+- the host is resolved once, and every address it resolves to must be (``reactq.shared.netcheck``)
   globally routable: loopback, private, link-local, shared (CGN 100.64/10),
   reserved, unspecified and multicast addresses are refused, IPv4 inside IPv6
   (mapped, 6to4, Teredo, NAT64) is judged as the IPv4 it carries, and cloud
@@ -32,7 +32,7 @@ import ipaddress
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -47,6 +47,14 @@ from reactq.bundles.workspace import (
     split_path,
 )
 from reactq.shared.errors import ToolError
+from reactq.shared.netcheck import (
+    METADATA_ADDRESSES,
+    AllowList,
+    IPAddress,
+    address_refusal,
+    host_refusal,
+    resolve_host,
+)
 from reactq.worker.agent.tools import Tool, ToolContext
 
 __all__ = [
@@ -61,22 +69,8 @@ __all__ = [
     "resolve",
 ]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in (
-        "169.254.169.254",  # AWS, GCP, Azure, OpenStack...
-        "fd00:ec2::254",  # AWS over IPv6
-        "169.254.170.2",  # AWS ECS task metadata
-        "100.100.100.200",  # Alibaba Cloud
-    )
-)
-"""Cloud metadata services: refused even when the allow list names them."""
-
-_SHARED = ipaddress.ip_network("100.64.0.0/10")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 256 * 1024
 
@@ -85,65 +79,6 @@ class DownloadError(ToolError):
     """``download_file`` refused a URL or the download failed; nothing was written."""
 
     code = "download_error"
-
-
-def address_refusal(address: IPAddress) -> str | None:
-    """Why connecting to ``address`` is refused, or None for a public address."""
-    if address in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    if isinstance(address, ipaddress.IPv6Address):
-        carried: list[ipaddress.IPv4Address | None] = [address.ipv4_mapped, address.sixtofour]
-        if address.teredo is not None:
-            carried.extend(address.teredo)
-        if address in _NAT64:
-            # Judged as the IPv4 it translates to (an IPv6-only network reaches the
-            # IPv4 internet so); Python counts the whole prefix as reserved.
-            inner = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-            reason = address_refusal(inner)
-            return None if reason is None else f"{reason} (carried in {address})"
-        for carrier in carried:
-            if carrier is not None and (reason := address_refusal(carrier)) is not None:
-                return f"{reason} (carried in {address})"
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_link_local:
-        return "a link-local address"
-    if address.is_multicast:
-        return "a multicast address"
-    if isinstance(address, ipaddress.IPv4Address) and address in _SHARED:
-        return "a shared (carrier-grade NAT) address"
-    if address.is_private:
-        return "a private address"
-    if address.is_unspecified or address.is_reserved:
-        return "a reserved address"
-    if not address.is_global:
-        return "not a globally routable address"
-    return None
-
-
-class AllowList:
-    """Hosts, addresses and networks that may be reached though not public."""
-
-    def __init__(self, entries: Iterable[str] = ()) -> None:
-        self.names: set[str] = set()
-        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-        for raw in entries:
-            entry = raw.strip().lower().rstrip(".")
-            if not entry:
-                continue
-            try:
-                self.networks.append(ipaddress.ip_network(entry, strict=False))
-            except ValueError:
-                self.names.add(entry)
-
-    def __repr__(self) -> str:
-        return f"AllowList(names={sorted(self.names)}, networks={[str(n) for n in self.networks]})"
-
-    def allows(self, host: str, address: IPAddress) -> bool:
-        """Whether ``host``, resolved to ``address``, is on the list."""
-        if host.lower().rstrip(".") in self.names:
-            return True
-        return any(address in network for network in self.networks)
 
 
 @dataclass(frozen=True)
@@ -175,20 +110,9 @@ class Fetched:
 async def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``host`` resolves to (an IP literal resolves to itself), in order."""
     try:
-        return [ipaddress.ip_address(host.strip("[]"))]
-    except ValueError:
-        pass
-    loop = asyncio.get_running_loop()
-    try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return await resolve_host(host, port)
     except socket.gaierror as exc:
         raise DownloadError(f"cannot resolve {host}: {exc.strerror}") from None
-    found: list[IPAddress] = []
-    for *_, sockaddr in infos:
-        address = ipaddress.ip_address(str(sockaddr[0]))
-        if address not in found:
-            found.append(address)
-    return found
 
 
 def _parse(url: str) -> httpx2.URL:
@@ -216,11 +140,7 @@ async def _connect(
         raise DownloadError(f"{url.host} resolves to no address")
     for address in addresses:
         # Every address: the connection may go to any of them.
-        if address in METADATA_ADDRESSES:
-            reason: str | None = "a cloud metadata address"
-        else:
-            reason = None if policy.allow.allows(host, address) else address_refusal(address)
-        if reason is not None:
+        if (reason := host_refusal(host, address, policy.allow)) is not None:
             raise DownloadError(f"refused {url}: {url.host} resolves to {address}, {reason}")
     literal = _is_ip(host)
     headers = {

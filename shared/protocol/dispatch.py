@@ -1,4 +1,5 @@
-"""The dispatch: the Celery app and the one message it carries, ``reactq.drain``.
+"""The dispatch: the Celery app and its messages, ``reactq.drain`` (and the webhook
+deliveries a turn's end enqueues, ``reactq.webhook``).
 
 A producer sends ``reactq.drain(session_id)`` on the agent's queue after a
 submit; a worker's reaper, or a worker handing a session over on shutdown, sends
@@ -17,6 +18,7 @@ from reactq.shared.keys import Keys
 from reactq.shared.protocol.transport import TRANSPORT
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import instrument_publishing
+from reactq.shared.webhooks import WEBHOOK_TASK, Delivery
 
 DRAIN_TASK = "reactq.drain"
 """The Celery task a producer sends and a worker runs: ``reactq.drain(session_id)``."""
@@ -89,6 +91,17 @@ class Dispatcher:
         # send_task blocks on the broker connection: keep it off the event loop.
         await asyncio.to_thread(
             self.app.send_task, DRAIN_TASK, args=[session_id], queue=self.keys.queue(agent)
+        )
+
+    async def webhook(self, delivery: Delivery, countdown: float | None = None) -> None:
+        """Enqueue a webhook delivery (``reactq.webhook``) on its turn's agent's queue, due
+        in ``countdown`` seconds (None: now)."""
+        await asyncio.to_thread(
+            self.app.send_task,
+            WEBHOOK_TASK,
+            args=[delivery.model_dump(mode="json")],
+            queue=self.keys.queue(delivery.agent),
+            countdown=countdown,
         )
 
     async def close(self) -> None:

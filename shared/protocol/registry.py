@@ -29,6 +29,8 @@ class AgentProfile:
     """The fields a turn may override (``Agent(overridable=...)``)."""
     config_version: str | None = None
     """A hash of the agent's definition (``Agent.config_version``)."""
+    webhook: str | None = None
+    """Where its turns' ends are POSTed unless a turn names its own (``Agent(webhook=...)``)."""
 
 
 class WorkerRegistry:
@@ -53,6 +55,7 @@ class WorkerRegistry:
                     **base,
                     "overridable": sorted(profile.overridable),
                     "config_version": profile.config_version,
+                    "webhook": profile.webhook,
                 }
             )
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -73,8 +76,11 @@ class WorkerRegistry:
         if not isinstance(data, dict):
             return AgentProfile()
         # An announcement from a worker before profiles existed has neither key.
+        webhook = data.get("webhook")
         return AgentProfile(
-            frozenset(data.get("overridable") or ()), data.get("config_version") or None
+            frozenset(data.get("overridable") or ()),
+            data.get("config_version") or None,
+            webhook if isinstance(webhook, str) and webhook else None,
         )
 
     async def forget_worker(self, worker: str) -> None:

@@ -596,6 +596,8 @@ def _dump_message(message: ChatMessage, turn_id: str | None, now: float) -> str:
             "created_at": now,
             "reasoning": enc(message.reasoning),
             "extra": dump_extra(message.extra),
+            # Only on summaries: ordinary messages stay as they were stored before.
+            **({"summary_of": message.summary_of} if message.summary_of is not None else {}),
         }
     )
 
@@ -615,6 +617,7 @@ def _message(raw: bytes | str, sequence: int) -> ChatMessage:
         extra=load_extra(data.get("extra")),
         turn_id=data.get("turn_id"),
         sequence=sequence,
+        summary_of=data.get("summary_of"),
     )
 
 

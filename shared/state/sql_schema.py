@@ -34,7 +34,7 @@ from reactq.shared.state.text import MARK, dec, dump_extra, enc, load_extra
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -85,6 +85,8 @@ messages = Table(
     # An assistant message's reasoning, and the provider's other fields as JSON text.
     Column("reasoning", Text, nullable=True),
     Column("extra", Text, nullable=True),
+    # A compaction summary: the last sequence it stands for (NULL: an ordinary message).
+    Column("summary_of", Integer, nullable=True),
     UniqueConstraint("session_id", "branch_id", "sequence", name="uq_messages_position"),
     ForeignKeyConstraint(
         ["session_id", "branch_id"],
@@ -169,6 +171,7 @@ def to_message(row: Any) -> ChatMessage:
         extra=load_extra(row["extra"]),
         turn_id=row["turn_id"],
         sequence=row["sequence"],
+        summary_of=row["summary_of"],
     )
 
 
@@ -194,4 +197,5 @@ def message_row(
         "created_at": now,
         "reasoning": enc(message.reasoning),
         "extra": dump_extra(message.extra),
+        "summary_of": message.summary_of,
     }

@@ -2,6 +2,7 @@
 
 from reactq.worker.agent.cancel import CancelHandle
 from reactq.worker.agent.config import LoopConfig
+from reactq.worker.agent.context_policy import ContextPolicy
 from reactq.worker.agent.interventions import (
     BeforeToolFallback,
     DenyToolCall,
@@ -33,6 +34,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "AgentRunner",
     "CancelHandle",
     "LoopConfig",
+    "ContextPolicy",
     "RunResult",
     "ToolMode",
     # text tool modes

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.turn_inputs import OVERRIDABLE
+from reactq.worker.agent.context_policy import ContextPolicy
 from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
 from reactq.worker.agent.llm.base import RequestOptions
 from reactq.worker.agent.llm.endpoint import Model, as_model
 from reactq.worker.agent.modes import ModeSettings, ToolMode, resolve_mode
+from reactq.worker.agent.output import OutputSpec, OutputType
 from reactq.worker.agent.parsers import Parser
 from reactq.worker.agent.usage import ModelPrice, check_budget_config
 
@@ -55,6 +57,7 @@ DEFAULT_BUDGET_MESSAGE = (
     "I stopped because this request used up its token or cost budget before I could finish."
 )
 DEFAULT_CANCELLED_MESSAGE = "The request was cancelled."
+DEFAULT_CONTEXT_POLICY = ContextPolicy()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +80,8 @@ class LoopConfig:
     """The role tool results go back in (``"user"`` fits JSON/PROSE); None: the mode's own."""
     retry_reminder: str | None = None
     """Message before the one retry of an empty or unparseable answer (``{error}`` is filled)."""
+    output_type: OutputType | None = None
+    """The final answer's schema (a pydantic model class or a JSON Schema dict); None: text."""
     max_iterations: int = 10
     """Model calls per turn before it ends with ``fallback_message``."""
     tool_timeout: float | None = 60.0
@@ -111,6 +116,10 @@ class LoopConfig:
     """At the iteration cap, let the model summarise in one tool-less call."""
     context_budget: int | None = None
     """Characters of context to keep under by shrinking old tool results; None: no limit."""
+    context_window: int | None = None
+    """Tokens the model reads at most; None: the built-in table's for the model (128k unknown)."""
+    context_policy: ContextPolicy | None = DEFAULT_CONTEXT_POLICY
+    """Shrinks, summarises and checks each request against the window; None turns it off."""
     max_total_tokens: int | None = None
     """Token budget of one turn (status budget_exceeded when spent)."""
     max_cost: float | None = None
@@ -163,7 +172,7 @@ class LoopConfig:
             raise ValueError(f"max_parallel_tools must be an int >= 1, got {parallel!r}")
         # The mode's knobs are checked together: each one's meaning depends on the mode.
         object.__setattr__(self, "tool_mode", self.mode_settings().mode)
-        self.request_options()
+        self.request_options()  # resolves output_type too
         # With no model yet, its price is checked when the loop is built for one.
         for name in (model, *(m.name for m in self.fallbacks)):
             check_budget_config(self.max_total_tokens, self.max_cost, self.prices, name)
@@ -186,6 +195,15 @@ class LoopConfig:
         ):
             raise ValueError(f"repeat_call_limit must be an int >= 1 or None, got {limit!r}")
         _positive_or_none("context_budget", self.context_budget, "characters")
+        window = self.context_window
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 256
+        ):
+            raise ValueError(f"context_window must be an int >= 256 tokens or None, got {window!r}")
+        if self.context_policy is not None and not isinstance(self.context_policy, ContextPolicy):
+            raise ValueError(
+                f"context_policy must be a ContextPolicy or None, got {self.context_policy!r}"
+            )
         _positive_or_none("tool_gate_timeout", self.tool_gate_timeout, "seconds")
         if self.interventions is not None and not isinstance(self.interventions, Interventions):
             raise ValueError(f"interventions must be an Interventions, got {self.interventions!r}")
@@ -220,12 +238,21 @@ class LoopConfig:
             retry_reminder=self.retry_reminder,
         )
 
+    def output_spec(self) -> OutputSpec | None:
+        """``output_type`` resolved (None without one); ValueError when it is not a model
+        class or an object schema."""
+        return OutputSpec.of(self.output_type) if self.output_type is not None else None
+
     def request_options(self) -> RequestOptions:
-        """The request parameters every model call carries."""
+        """The request parameters every model call carries (under NATIVE, the
+        ``response_format`` of the ``output_type``)."""
+        spec = self.output_spec()
+        native = self.tool_mode == ToolMode.NATIVE
         return RequestOptions(
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             reasoning_effort=self.reasoning_effort,
+            response_format=spec.response_format() if spec is not None and native else None,
         )
 
 

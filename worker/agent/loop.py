@@ -11,6 +11,7 @@ in a ``RunResult`` with a status.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,10 +33,12 @@ from reactq.worker.agent.interventions import maybe_await
 from reactq.worker.agent.llm.base import LLMClient, RequestOptions
 from reactq.worker.agent.llm.ratelimit import RateLimiter
 from reactq.worker.agent.modes import ModeSettings, ToolMode, build_system_prompt
+from reactq.worker.agent.output import OutputSpec
 from reactq.worker.agent.results import format_tool_result
 from reactq.worker.agent.run import AwaitingApproval, OnStep, Run, RunResult
 from reactq.worker.agent.tools import Registry, ToolContext
 from reactq.worker.agent.usage import check_budget_config
+from reactq.worker.agent.windows import TokenCounter
 
 __all__ = [
     "DEFAULT_BUDGET_MESSAGE",
@@ -117,10 +120,19 @@ class AgentLoop:
         """A hash of the definition this loop runs (``Agent.config_version``), if known."""
         self.mode: ModeSettings = config.mode_settings()
         self.options: RequestOptions = config.request_options()
+        self.output: OutputSpec | None = config.output_spec()
+        """The final answer's schema (``output_type``), or None for a text answer."""
+        if self.output is not None and not self.mode.native:
+            # The text modes ask for the schema in their format section.
+            self.mode = dataclasses.replace(
+                self.mode, output_format=self.output.output_format(self.mode)
+            )
         prices = config.prices or {}
         self.prices = {name: prices[name] for name, _ in self.models if name in prices}
         self.price = self.prices.get(self.model)
         self.executor = ToolExecutor(self.registry, config)
+        self.counter = TokenCounter()
+        """Counts requests before they are sent; calibrated by every call's usage."""
         # Built once: every run sends the same tool list, and the same system prompt
         # unless it is a function of the turn (then ``prefix_for`` builds it per run).
         prompt = config.system_prompt

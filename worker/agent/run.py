@@ -20,12 +20,14 @@ from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import (
     BudgetExceededError,
     EmptyResponseError,
+    InvalidOutputError,
     LLMError,
     ParserError,
     ReactqError,
     ToolRequiredError,
 )
 from reactq.shared.events import (
+    CompactedEvent,
     DeltaEvent,
     ErrorEvent,
     ModelFallbackEvent,
@@ -39,6 +41,12 @@ from reactq.shared.protocol.approvals import Decision
 from reactq.shared.protocol.ratelimit import Grant
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelSignal, RunCancelled
+from reactq.worker.agent.context_policy import (
+    compaction_split,
+    fit_request,
+    summarise,
+    summary_message,
+)
 from reactq.worker.agent.fallback import ModelChain, ModelSwitch
 from reactq.worker.agent.interventions import call_hook
 from reactq.worker.agent.llm.base import LLMResponse
@@ -48,6 +56,7 @@ from reactq.worker.agent.results import OBSERVATION_PREFIX, fit_context
 from reactq.worker.agent.tools import ToolContext
 from reactq.worker.agent.usage import UsageMeter
 from reactq.worker.agent.visible import DeltaBuffer, VisibleText
+from reactq.worker.agent.windows import context_window_for, message_chars
 
 if TYPE_CHECKING:
     from reactq.worker.agent.loop import AgentLoop
@@ -94,7 +103,7 @@ class RunResult:
     """What one run of the loop produced."""
 
     status: TurnStatus
-    """COMPLETED, MAX_ITERATIONS, ERROR, BUDGET_EXCEEDED or CANCELLED."""
+    """COMPLETED, MAX_ITERATIONS, ERROR, BUDGET_EXCEEDED, INVALID_OUTPUT or CANCELLED."""
     text: str
     """The final answer, or the fallback message."""
     messages: list[ChatMessage] = field(default_factory=list)
@@ -105,6 +114,11 @@ class RunResult:
     """Why it ended in ERROR or BUDGET_EXCEEDED."""
     cost: float | None = None
     """What the run cost, when the loop has a price for its model."""
+    output: dict[str, Any] | None = None
+    """The validated structured answer, when the agent has an ``output_type``."""
+    summary: ChatMessage | None = None
+    """The summary the context policy wrote before the run's first call (committed with
+    the turn, before its user message), if it compacted."""
 
 
 class AwaitingApproval(Exception):
@@ -152,6 +166,10 @@ class Run:
         self.step_size = 1
         self.visible: VisibleText | None = None  # the last streamed text-mode call's
         self.reminded = 0  # reminders sent for require_tool_before_final
+        self.current = 0  # index in ``wire`` of the turn's own message: never cut
+        self.sent = (0, 0)  # the last request's characters and estimated tokens
+        self.summary: ChatMessage | None = None
+        self.output_retried = False  # the one retry of an answer that missed output_type
 
     async def execute(
         self, messages: list[ChatMessage], resume: list[ChatMessage] | None = None
@@ -169,9 +187,12 @@ class Run:
         replay = config.replay_reasoning
         prefix = await loop.prefix_for(self.context)
         self.wire = [*prefix, *(m.to_openai(reasoning=replay) for m in [*messages, *steps])]
+        self.current = len(prefix) + len(messages) - 1
         self.new = steps
         replies = sum(1 for m in steps if m.role == "assistant")
         try:
+            if not steps and config.context_policy is not None and len(messages) > 1:
+                await self._compact(list(prefix), messages)
             if steps:
                 self.iteration = replies
                 self.completed = replies
@@ -206,7 +227,7 @@ class Run:
         if not response.tool_calls:
             if self._tool_still_required():
                 return await self._native_step(await self._remind(response))
-            return self._complete(response.content or "", response)
+            return await self._final(response.content or "", response, self._native_step)
         calls = response.tool_calls
         self._add(
             ChatMessage(
@@ -316,7 +337,7 @@ class Run:
             if self._tool_still_required():
                 return await self._text_step(await self._remind(response))
             await self._show_rest(step.final)
-            return self._complete(step.final, response)
+            return await self._final(step.final, response, self._text_step)
         raw = response.content or ""
         self._add(
             ChatMessage(
@@ -421,9 +442,10 @@ class Run:
         loop, config = self.loop, self.loop.config
         self._check_stop()
         wire = self.wire if extra is None else [*self.wire, *extra]
+        protect = self.step_size + len(extra or ())
         if config.context_budget is not None:
-            protect = self.step_size + len(extra or ())
             wire = fit_context(wire, config.context_budget, protect=protect)
+        wire = self._fit(wire, tools, min(self.current, len(wire) - protect))
         hooks = config.hooks
         if hooks is not None:
             await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
@@ -433,8 +455,10 @@ class Run:
         # An answer that may yet be refused (no tool called yet) is not shown at all.
         shows = not self._tool_still_required()
         if config.stream and shows:
-            self.visible = None if loop.mode.native else VisibleText(loop.mode.mode.value)
-            deltas = DeltaBuffer(self.emitter, config.delta_interval, self.visible)
+            # A structured answer is shown once validated, in the final, not piecewise.
+            if loop.output is None:
+                self.visible = None if loop.mode.native else VisibleText(loop.mode.mode.value)
+                deltas = DeltaBuffer(self.emitter, config.delta_interval, self.visible)
             thinking = DeltaBuffer(self.emitter, config.delta_interval, event=ReasoningEvent)
         while True:
             limiter = self.models.limiter
@@ -481,6 +505,79 @@ class Run:
         await self._count(response)
         return response
 
+    def _window(self) -> int:
+        return context_window_for(self.models.model, self.loop.config.context_window)
+
+    def _fit(
+        self, wire: list[dict[str, Any]], tools: list[dict[str, Any]] | None, protect_from: int
+    ) -> list[dict[str, Any]]:
+        """The request made to fit the window by the context policy (ContextLengthExceeded
+        when it cannot); notes its size for the gauge and the calibration."""
+        policy, counter, model = (
+            self.loop.config.context_policy,
+            self.loop.counter,
+            self.models.model,
+        )
+        if policy is not None:
+            wire, _ = fit_request(
+                wire,
+                counter=counter,
+                model=model,
+                window=self._window(),
+                policy=policy,
+                protect_from=max(0, protect_from),
+                tools=tools,
+            )
+        chars = counter.chars(wire, tools)
+        self.sent = (chars, counter.tokens(model, chars))
+        return wire
+
+    async def _compact(self, prefix: list[dict[str, Any]], messages: list[ChatMessage]) -> None:
+        """Summarise the oldest messages when the turn's request is over the policy's
+        ``compact_at`` (one model call; a failed call leaves the request as it was)."""
+        loop, policy = self.loop, self.loop.config.context_policy
+        assert policy is not None
+        model, counter, window = self.models.model, loop.counter, self._window()
+        before = counter.count(model, self.wire, loop.tools)
+        if before <= policy.compact_at * window:
+            return
+        history = messages[:-1]
+        replay = loop.config.replay_reasoning
+        sizes = [message_chars(m.to_openai(reasoning=replay)) for m in history]
+        ratio = counter.ratio(model)
+        split = compaction_split(history, sizes, int(policy.keep_recent * window * ratio))
+        if not split:
+            return
+        old, upto = history[:split], history[split - 1].sequence or 0
+        writer = policy.summary_model or model
+        self._check_stop()
+        try:
+            call = summarise(
+                self.models.llm, writer, loop.options, policy, old, int(window * ratio / 2)
+            )
+            response = await (call if self.cancel is None else self.cancel.guard(call))
+        except LLMError as exc:
+            log.warning("the summary call failed (%s); the turn goes on uncompacted", exc.code)
+            return
+        self.sent = (0, 0)  # its request is not one the counter estimated: no calibration
+        await self._count(response, writer)
+        text = (response.content or "").strip()
+        if not text:
+            return
+        self.summary = summary_message(text, upto, self.turn_id)
+        kept = [self.summary, *history[split:], messages[-1]]
+        self.wire = [*prefix, *(m.to_openai(reasoning=replay) for m in kept)]
+        self.current = len(prefix) + len(kept) - 1
+        after = counter.count(model, self.wire, loop.tools)
+        await self.emitter.emit(
+            CompactedEvent,
+            summarised_messages=split,
+            up_to_sequence=upto,
+            tokens_before=before,
+            tokens_after=after,
+            model=writer,
+        )
+
     async def _draw(
         self,
         limiter: RateLimiter | None,
@@ -519,12 +616,21 @@ class Run:
             message=error.message or str(error),
         )
 
-    async def _count(self, response: LLMResponse) -> None:
+    async def _count(self, response: LLMResponse, model: str | None = None) -> None:
+        """Meter a call's usage and publish it, with the context gauge (``model``: the
+        one called, when not the turn's current one)."""
         usage = response.usage
         truncated = response.truncated
         if not usage and not truncated:
             return
-        model = self.models.model
+        model = model or self.models.model
+        chars, estimate = self.sent
+        prompt = usage.get("prompt_tokens", 0)
+        counter = self.loop.counter
+        if prompt and chars:
+            counter.calibrate(model, chars, prompt)
+        context = prompt or estimate or None
+        window = context_window_for(model, self.loop.config.context_window)
         cost = self.meter.add(usage, model)
         # Published with the event that follows (an action, a thought, the final).
         self.emitter.emit_later(
@@ -536,6 +642,9 @@ class Run:
             cost=cost,
             finish_reason=response.finish_reason,
             truncated=truncated,
+            context_tokens=context,
+            context_window=window,
+            context_percent=round(100 * context / window, 1) if context else None,
         )
 
     def _check_stop(self) -> None:
@@ -561,6 +670,37 @@ class Run:
     def _add(self, message: ChatMessage) -> None:
         self.new.append(message)
         self.wire.append(message.to_openai(reasoning=self.loop.config.replay_reasoning))
+
+    async def _final(
+        self,
+        text: str,
+        response: LLMResponse,
+        again: Callable[[LLMResponse], Awaitable[RunResult | None]],
+    ) -> RunResult | None:
+        """End with a final answer: as is, or (with ``output_type``) validated, after one
+        retry quoting what was wrong (``again`` takes the retried answer as a step)."""
+        spec = self.loop.output
+        if spec is None:
+            return self._complete(text, response)
+        try:
+            output = spec.validate(text)
+        except InvalidOutputError as exc:
+            if not self.output_retried:
+                self.output_retried = True
+                reminder = spec.reminder(exc.message, self.loop.mode.mode)
+                return await again(await self._retry(response, reminder))
+            error = InvalidOutputError(
+                f"the final answer does not match the output schema, after a retry: {exc.message}",
+                schema=spec.name,
+            )
+            await self._report(error)
+            return self._end(
+                TurnStatus.INVALID_OUTPUT, self.loop.config.error_fallback_message, error
+            )
+        text = json.dumps(output, ensure_ascii=False)
+        result = self._end(TurnStatus.COMPLETED, text, keep=True, response=response)
+        result.output = output
+        return result
 
     def _complete(self, text: str, response: LLMResponse) -> RunResult:
         if response.truncated:
@@ -595,7 +735,9 @@ class Run:
             self.new = answered_prefix(self.new)
         fields = _provider_fields(response) if response is not None else {}
         self.new.append(ChatMessage(role="assistant", content=text, turn_id=self.turn_id, **fields))
-        return RunResult(status, text, self.new, self.meter.totals, error, self.meter.cost)
+        return RunResult(
+            status, text, self.new, self.meter.totals, error, self.meter.cost, summary=self.summary
+        )
 
 
 def _provider_fields(response: LLMResponse) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from reactq.shared.protocol.approvals import Decision
 from reactq.shared.state.base import StateStore, StepStore, TurnCheckpoint, TurnRecord
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
+from reactq.worker.agent.context_policy import model_view
 from reactq.worker.agent.history import repair
 from reactq.worker.agent.loop import AgentLoop
 from reactq.worker.agent.run import AwaitingApproval, answered_prefix
@@ -111,6 +112,7 @@ class AgentRunner:
         """
         cost: float | None = None
         code: str | None = None
+        output: dict[str, Any] | None = None
         version = self.loop.version
         emitter.final_follows = True  # every path below ends with a final
         signal = CancelSignal(cancel) if cancel is not None else None
@@ -186,7 +188,8 @@ class AgentRunner:
                 )
             branch = start.branch_id
             resume = checkpoint.messages if checkpoint is not None else []
-            history = repair(start.messages)
+            # The model reads from the latest summary on; the store keeps every message.
+            history = repair(model_view(start.messages))
             tool_context = ToolContext(
                 session_id=session_id,
                 turn_id=turn_id,
@@ -256,10 +259,12 @@ class AgentRunner:
                 created_at=time.time(),
                 **_RecordFields(metadata, version, result.usage, result.cost).fields(),
             )
+            summary = [result.summary] if result.summary is not None else []
             await self.store.commit_turn(
-                session_id, [user, *produced], record, fence=fence, branch_id=branch
+                session_id, [*summary, user, *produced], record, fence=fence, branch_id=branch
             )
             text, status, usage, cost = result.text, result.status, result.usage, result.cost
+            output = result.output
             code = result.error.code if result.error is not None else None
         except (StaleLeaseError, TurnCommittedError, AwaitingApproval, asyncio.CancelledError):
             raise
@@ -282,6 +287,7 @@ class AgentRunner:
             cost=cost,
             code=code,
             config_version=version,
+            output=output,
         )
 
     async def _commit_interrupted(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +36,8 @@ class RequestOptions:
     """Cap on generated tokens (sent as max_completion_tokens where the model needs it)."""
     reasoning_effort: str | None = None
     """A provider reasoning level ("low", "medium", ...); None leaves it out."""
+    response_format: Mapping[str, Any] | None = None
+    """The ``response_format`` to send as is (a json_schema for structured output)."""
 
     def __post_init__(self) -> None:
         t = self.temperature
@@ -52,6 +54,9 @@ class RequestOptions:
                 f"reasoning_effort must be a lowercase level such as 'low' or 'high', "
                 f"or None to leave it out; got {r!r}"
             )
+        f = self.response_format
+        if f is not None and not (isinstance(f, Mapping) and isinstance(f.get("type"), str)):
+            raise ValueError(f"response_format must be a dict with a 'type', or None; got {f!r}")
 
     def to_request(self, model: str) -> dict[str, Any]:
         """These options as Chat Completions request keys for ``model``."""
@@ -63,6 +68,8 @@ class RequestOptions:
             out[key] = self.max_tokens
         if self.reasoning_effort is not None:
             out["reasoning_effort"] = self.reasoning_effort
+        if self.response_format is not None:
+            out["response_format"] = dict(self.response_format)
         return out
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Reply"]
+__all__ = ["Reply", "prompt_tokens"]
 
 
 @dataclass(frozen=True)
@@ -130,11 +130,16 @@ def _ids(reply: Reply) -> list[str]:
     ]
 
 
+def prompt_tokens(request: Mapping[str, Any]) -> int:
+    """A request's prompt tokens as the scripted usage block counts them: a rough,
+    deterministic four characters a token of its messages' JSON."""
+    return max(1, len(json.dumps(request.get("messages", []), ensure_ascii=False)) // 4)
+
+
 def _usage(reply: Reply, request: Mapping[str, Any]) -> dict[str, int]:
     if reply.usage is not None:
         return dict(reply.usage)
-    # A rough, deterministic count: about four characters a token.
-    prompt = max(1, len(json.dumps(request.get("messages", []), ensure_ascii=False)) // 4)
+    prompt = prompt_tokens(request)
     written = len(reply.content or "") + len(reply.reasoning or "")
     written += sum(len(n) + len(a) for n, a in reply.calls)
     completion = max(1, written // 4)

@@ -22,7 +22,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from reactq.worker.agent.llm.demo import demo_model
-from reactq.worker.agent.llm.replies import Reply, completion_body, stream_chunks
+from reactq.worker.agent.llm.replies import (
+    Reply,
+    completion_body,
+    prompt_tokens,
+    stream_chunks,
+)
 
 __all__ = ["Handler", "Reply", "ScriptedServer", "demo_model", "main"]
 
@@ -43,11 +48,17 @@ class ScriptedServer:
     ``ScriptedServer(handler).start_in_thread()`` / ``stop()`` to host it on a
     private loop in a thread. ``requests`` keeps the last ``max_requests``
     request bodies received (oldest first), ``request_headers`` their HTTP headers
-    (names in lower case).
+    (names in lower case), ``response_formats`` the ``response_format`` of each
+    (None when a request carried none), so a test can see structured output was asked.
 
     ``requests_per_second`` makes it a provider with a rate limit: a request beyond
     that many in the last second is answered 429 (counted in ``rate_limited``), and
     every answer carries ``x-ratelimit-remaining-requests`` / ``-reset-requests``.
+
+    ``context_window`` makes it a model with a window: a request whose prompt (counted
+    as the usage block counts it, about four characters a token) is over that many
+    tokens is refused 400 ``context_length_exceeded``; ``prompt_sizes`` keeps every
+    request's count.
     """
 
     def __init__(
@@ -59,6 +70,7 @@ class ScriptedServer:
         port: int = 0,
         max_requests: int = 1000,
         requests_per_second: int | None = None,
+        context_window: int | None = None,
     ) -> None:
         if latency < 0:
             raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
@@ -70,6 +82,7 @@ class ScriptedServer:
         self.port = port
         self.max_requests = max_requests
         self.requests: list[dict[str, Any]] = []
+        self.response_formats: list[Any] = []
         self.request_headers: list[dict[str, str]] = []
         self.request_count = 0
         self.streams_abandoned = 0
@@ -79,6 +92,9 @@ class ScriptedServer:
         """Requests answered 429 for going over ``requests_per_second``."""
         self.request_times: list[float] = []
         """``time.monotonic()`` of each chat request answered within the rate limit."""
+        self.context_window = context_window
+        self.prompt_sizes: list[int] = []
+        """The prompt tokens of each chat request, as the usage block counts them."""
         self._window: deque[float] = deque()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
@@ -247,9 +263,21 @@ class ScriptedServer:
         self.request_count += 1
         self.requests.append(request)
         self.request_headers.append(headers)
+        self.response_formats.append(request.get("response_format"))
         if len(self.requests) > self.max_requests:
             del self.requests[: len(self.requests) - self.max_requests]
             del self.request_headers[: len(self.request_headers) - self.max_requests]
+            del self.response_formats[: len(self.response_formats) - self.max_requests]
+        prompt = prompt_tokens(request)
+        self.prompt_sizes.append(prompt)
+        if self.context_window is not None and prompt > self.context_window:
+            message = (
+                f"This model's maximum context length is {self.context_window} tokens; "
+                f"the messages are {prompt} tokens"
+            )
+            error = {"error": {"message": message, "code": "context_length_exceeded"}}
+            await self._send(writer, 400, json.dumps(error).encode(), close=close)
+            return
         limits: tuple[tuple[str, str], ...] = ()
         if self.requests_per_second is not None:
             refused, limits = self._rate_limit()
