@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -19,6 +19,7 @@ from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
 from reactq.shared.bus import RedisEventBus
+from reactq.shared.content import ContentPart, ImagePart
 from reactq.shared.errors import (
     AgentMismatchError,
     ApprovalNotFoundError,
@@ -48,7 +49,7 @@ from reactq.shared.turns import (
     MultitaskStrategy,
     TurnRequest,
     TurnStatus,
-    validate_message,
+    check_message,
     validate_session_id,
 )
 from reactq.shared.webhooks import Webhooks, check_url
@@ -237,7 +238,7 @@ class Producer:
     async def submit(
         self,
         session_id: str,
-        message: str,
+        message: str | Sequence[str | ContentPart | Mapping[str, Any]],
         *,
         agent: str,
         strategy: MultitaskStrategy | str = MultitaskStrategy.ENQUEUE,
@@ -248,6 +249,11 @@ class Producer:
     ) -> TurnHandle:
         """Validate and enqueue a turn; returns its handle.
 
+        ``message`` is text, or a list of content parts: strings, ``TextPart``,
+        ``ImagePart`` (``from_url``, ``from_bytes``, ``from_path``) or dicts in the
+        OpenAI shape; inline images are at most REACTQ_MAX_IMAGE_BYTES each and the
+        whole at most REACTQ_MAX_CONTENT_BYTES. The parts are stored with the
+        conversation and replayed to the model in later turns.
         ``metadata`` is kept on the turn's record, in its status and in the audit log;
         ``context`` (a JSON object up to REACTQ_MAX_CONTEXT_BYTES) reaches the tools
         (``ToolContext.context``), hooks, policies and a system prompt that is a
@@ -257,7 +263,8 @@ class Producer:
         REACTQ_WEBHOOK_SECRET, once the turn ends, however it ends (README, "Webhooks").
 
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
-        session id, an empty, oversized or unencodable message, metadata or context that
+        session id, an empty, oversized or unencodable message (or image, or a part that
+        is neither text nor a usable image), metadata or context that
         does not travel as JSON (or a context over the limit), an override the agent
         does not allow or a value its knob cannot take, an unknown agent or a session
         that belongs to another agent; TurnRejectedError when ``strategy="reject"``
@@ -266,7 +273,10 @@ class Producer:
         ConfigError for a webhook without REACTQ_WEBHOOK_SECRET.
         """
         validate_session_id(session_id)
-        validate_message(message, self.settings.max_message_bytes)
+        limits = self.settings
+        message, parts = check_message(
+            message, limits.max_message_bytes, limits.max_image_bytes, limits.max_content_bytes
+        )
         _check_text(message)
         metadata = check_metadata(metadata)
         context = check_context(context, self.settings.max_context_bytes)
@@ -297,6 +307,7 @@ class Producer:
             session_id=session_id,
             agent=agent,
             message=message,
+            parts=parts,
             strategy=strategy,
             metadata=metadata,
             context=context,
@@ -330,6 +341,7 @@ class Producer:
                 turn_id=turn.turn_id,
                 agent=agent,
                 message=message,
+                images=[p.label() for p in parts or () if isinstance(p, ImagePart)],
                 metadata=metadata,
                 overrides=overrides,
             )

@@ -19,7 +19,8 @@ any of them can stream any session.
                                              (``gateway_sessions.py``)
     GET  /healthz  /readyz  /openapi.json  /  (the watch page)
 
-Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set.
+Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set;
+a scoped key reaches its tenant's sessions and turns only (``gateway_scopes.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from reactq.producer.gateway_models import (
     TurnAccepted,
     TurnCreate,
 )
+from reactq.producer.gateway_scopes import KeyScope, enforce_scope, pool_wide, scope_of
 from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
 from reactq.producer.gateway_sessions import router as sessions_router
 from reactq.producer.gateway_sse import event_stream
@@ -74,6 +76,7 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     BranchNotFoundError,
     DecisionConflictError,
+    UnknownAgentError,
 )
 from reactq.shared.logs import configure_logging
 from reactq.shared.protocol.outcomes import CancelOutcome
@@ -172,8 +175,12 @@ async def _caller(
 
 
 CallerDep = Annotated[str | None, Depends(_caller)]
+ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(_require_key)], responses=ERROR_RESPONSES)
+# The key first (401), then its scopes (403 ``read_only``, 404 outside its tenant).
+_GUARDS = [Depends(_require_key), Depends(enforce_scope)]
+
+router = APIRouter(prefix="/v1", dependencies=_GUARDS, responses=ERROR_RESPONSES)
 
 
 @router.post(
@@ -183,8 +190,19 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_require_key)], responses
     summary="Submit a turn",
     responses={409: ERROR_RESPONSES[409], **SUBMIT_REFUSALS, 501: ERROR_RESPONSES[501]},
 )
-async def submit_turn(session_id: SessionId, body: TurnCreate, gateway: GatewayDep) -> TurnAccepted:
+async def submit_turn(
+    session_id: SessionId, body: TurnCreate, gateway: GatewayDep, scope: ScopeDep
+) -> TurnAccepted:
     """Validate and enqueue a turn; 409 when the strategy rejects it."""
+    if scope is not None and not scope.may_run(body.agent):
+        # Answered as an agent nobody hosts, so a key does not learn which others exist.
+        raise GatewayError(
+            f"no worker hosts agent {body.agent!r}: start one with "
+            f"`reactq worker --agents MODULE:ATTR` (namespace {gateway.settings.namespace!r})",
+            status=422,
+            error_code=UnknownAgentError.code,
+            field="body.agent",
+        )
     handle = await gateway.producer.submit(
         session_id,
         body.message,
@@ -440,10 +458,10 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     app.include_router(
         sessions_router,
         prefix="/v1",
-        dependencies=[Depends(_require_key)],
+        dependencies=_GUARDS,
         responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},
     )
-    install_metrics(app, [Depends(_require_key)])
+    install_metrics(app, [Depends(_require_key), Depends(pool_wide)])
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> Health:

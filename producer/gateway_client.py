@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 import httpx2
 
 from reactq.producer.gateway_models import DecisionsAccepted, TurnAccepted
+from reactq.shared.content import ContentPart, parse_parts
 from reactq.shared.errors import ReactqError
 from reactq.shared.events import Event, parse_event
 
@@ -84,14 +85,18 @@ class GatewayClient:
     async def submit(
         self,
         session_id: str,
-        message: str,
+        message: str | Sequence[str | ContentPart | Mapping[str, Any]],
         *,
         agent: str,
         strategy: str = "enqueue",
         metadata: dict[str, Any] | None = None,
     ) -> TurnAccepted:
-        """POST a turn; raises the shared error the gateway reported (by its code)."""
-        body: dict[str, Any] = {"message": message, "agent": agent, "strategy": strategy}
+        """POST a turn (text, or content parts as ``Producer.submit`` takes them); raises
+        the shared error the gateway reported (by its code)."""
+        sent: Any = message
+        if not isinstance(message, str):
+            sent = [p.model_dump(exclude_none=True) for p in parse_parts(message)]
+        body: dict[str, Any] = {"message": sent, "agent": agent, "strategy": strategy}
         if metadata:
             body["metadata"] = metadata
         response = await self._http.post(

@@ -6,10 +6,11 @@ envelopes around them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reactq.shared.content import ContentPart
 from reactq.shared.messages import ChatMessage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
@@ -22,9 +23,13 @@ class TurnCreate(BaseModel):
     # The docstrings describe the fields in the OpenAPI document too.
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    message: str = Field(min_length=1)
+    # Blank text is refused by the producer (422 ``empty_message``, ``body.message``).
+    message: str | Annotated[list[ContentPart], Field(min_length=1)]
     """The user's message: not blank, at most REACTQ_MAX_MESSAGE_BYTES bytes of UTF-8
-    (else 422 or 413)."""
+    (else 422 or 413); or content parts in the OpenAI shape, text and images (an http(s)
+    URL or a ``data:image/...;base64,`` URL, at most REACTQ_MAX_IMAGE_BYTES each and
+    REACTQ_MAX_CONTENT_BYTES in all, else 413; the body itself is bounded by
+    REACTQ_MAX_REQUEST_BYTES)."""
     agent: str = Field(pattern=AGENT_PATTERN)
     """The agent that runs it: one a worker of the pool hosts (else 422)."""
     strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE

@@ -22,6 +22,9 @@ from collections.abc import Sequence
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reactq.producer.gateway_scopes import KeyScope, parse_scopes
+from reactq.shared.errors import ConfigError
+
 # Every refusal closes its connection: the rest of a body left unread cannot keep it.
 _CLOSE = (b"connection", b"close")
 
@@ -64,20 +67,31 @@ class ApiKeys:
 
     An entry ``name:key`` names its key: the name is who a request with that key
     is (the ``by`` of the decisions it makes). A bare ``key`` is named ``key1``,
-    ``key2``... by its position in the list.
+    ``key2``... by its position in the list. Scopes follow the key after ``;``
+    (``name:key;prefix=acme-;agents=a|b;ro``, see ``gateway_scopes``); a malformed
+    entry is a ConfigError.
     """
 
     def __init__(self, keys: Sequence[SecretStr]) -> None:
-        self._keys: list[tuple[str, bytes]] = []
+        self._keys: list[tuple[KeyScope, bytes]] = []
         for position, entry in enumerate(keys, 1):
             raw = entry.get_secret_value().strip()
             if not raw:
                 continue
-            name, sep, key = raw.partition(":")
-            if sep and key and _KEY_NAME.fullmatch(name):
-                self._keys.append((name, key.encode()))
-            else:
-                self._keys.append((f"key{position}", raw.encode()))
+            head, semicolon, rest = raw.partition(";")
+            name, sep, key = head.partition(":")
+            if not (sep and key and _KEY_NAME.fullmatch(name)):
+                name, key = f"key{position}", head
+            if not semicolon:
+                self._keys.append((KeyScope(name), key.encode()))
+                continue
+            if not key or key.endswith(":"):
+                raise ConfigError(
+                    f"REACTQ_API_KEYS entry {position} ({name}): no key before the scopes",
+                    setting="REACTQ_API_KEYS",
+                )
+            scope = parse_scopes(name, rest.split(";"), position)
+            self._keys.append((scope, key.encode()))
 
     @property
     def enabled(self) -> bool:
@@ -87,33 +101,46 @@ class ApiKeys:
     @property
     def names(self) -> list[str]:
         """The keys' names, in configuration order."""
-        return [name for name, _ in self._keys]
+        return [scope.name for scope, _ in self._keys]
 
-    def identify(self, token: str | None) -> str | None:
-        """The name of the key ``token`` is (None when it is none of them)."""
+    def scope(self, token: str | None) -> KeyScope | None:
+        """The scope of the key ``token`` is (None when it is none of them)."""
         if not token:
             return None
         given = token.encode()
-        found: str | None = None
-        for name, key in self._keys:
+        found: KeyScope | None = None
+        for scope, key in self._keys:
             # No early exit: the time taken does not tell which key (if any) matched.
             if hmac.compare_digest(given, key) and found is None:
-                found = name
+                found = scope
         return found
+
+    def identify(self, token: str | None) -> str | None:
+        """The name of the key ``token`` is (None when it is none of them)."""
+        scope = self.scope(token)
+        return None if scope is None else scope.name
 
     def accepts(self, token: str | None) -> bool:
         """True when auth is off, or ``token`` equals one of the keys."""
         return not self._keys or self.identify(token) is not None
 
+    def scope_of_headers(self, headers: Sequence[tuple[bytes, bytes]]) -> KeyScope | None:
+        """``scope`` of a request's ``Authorization: Bearer KEY`` (None without keys)."""
+        if not self._keys:
+            return None
+        return self.scope(_bearer_token(headers))
+
     def bearer_accepted(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
         """``accepts`` for a request's raw headers (``Authorization: Bearer KEY``)."""
-        if not self._keys:
-            return True
-        for header, value in headers:
-            if header.lower() == b"authorization":
-                scheme, _, token = value.decode("latin-1").strip().partition(" ")
-                return scheme.lower() == "bearer" and self.accepts(token.strip())
-        return False
+        return not self._keys or self.scope(_bearer_token(headers)) is not None
+
+
+def _bearer_token(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    for header, value in headers:
+        if header.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").strip().partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
 
 
 def is_loopback(host: str) -> bool:

@@ -11,6 +11,8 @@ their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
     POST   /v1/sessions/{id}/branches            fork                           201 404 409 422
     PUT    /v1/sessions/{id}/active_branch       switch                         404
     POST   /v1/sessions/{id}/truncate            cut a branch                   404
+
+A key scoped to a tenant lists the sessions of its prefix only (``gateway_scopes``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from reactq.producer.gateway_models import (
     Truncated,
     TruncateRequest,
 )
+from reactq.producer.gateway_scopes import KeyScope, scope_of
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.errors import (
@@ -48,7 +51,8 @@ from reactq.shared.errors import (
     SessionNotFoundError,
 )
 from reactq.shared.state import BranchInfo, SessionUsage
-from reactq.shared.state.listing import MAX_LIMIT
+from reactq.shared.state.base import SessionPage, SessionRecord
+from reactq.shared.state.listing import MAX_LIMIT, encode_cursor, key_of
 from reactq.shared.turns import SESSION_ID_RE
 
 SessionId = Annotated[
@@ -152,6 +156,39 @@ async def _detail(producer: Producer, session_id: str) -> SessionDetail:
     return detail
 
 
+async def _tenant_page(
+    producer: Producer,
+    prefix: str,
+    agent: str | None,
+    metadata: dict[str, Any] | None,
+    updated_since: float | None,
+    limit: int,
+    cursor: str | None,
+) -> SessionPage:
+    """A page of the sessions whose id starts with ``prefix``: the stores list by
+    creation, not by id, so this reads their listing in large pages and keeps the
+    tenant's. A cursor is a place in that order whatever the filter, so the page's
+    last session makes its next_cursor as it does for an unfiltered listing."""
+    page: list[SessionRecord] = []
+    while True:
+        batch = await producer.list_sessions(
+            agent=agent,
+            metadata=metadata,
+            updated_since=updated_since,
+            limit=MAX_LIMIT,
+            cursor=cursor,
+        )
+        for session in batch.sessions:
+            if not session.session_id.startswith(prefix):
+                continue
+            if len(page) == limit:
+                return SessionPage(sessions=page, next_cursor=encode_cursor(key_of(page[-1])))
+            page.append(session)
+        if batch.next_cursor is None:
+            return SessionPage(sessions=page)
+        cursor = batch.next_cursor
+
+
 @router.get(
     "/sessions",
     response_model=SessionList,
@@ -167,6 +204,7 @@ async def _detail(producer: Producer, session_id: str) -> SessionDetail:
 )
 async def list_sessions(
     producer: ProducerDep,
+    scope: Annotated[KeyScope | None, Depends(scope_of)],
     agent: Annotated[
         str | None, Query(pattern=AGENT_PATTERN, description="Only its sessions")
     ] = None,
@@ -187,10 +225,18 @@ async def list_sessions(
 ) -> SessionList:
     """The stored sessions, newest first, a page at a time."""
     wanted = _metadata_filter(metadata or [])
+    prefix = None if scope is None else scope.prefix
     with _answers():
-        page = await producer.list_sessions(
-            agent=agent, metadata=wanted, updated_since=updated_since, limit=limit, cursor=cursor
-        )
+        if prefix is None:
+            page = await producer.list_sessions(
+                agent=agent,
+                metadata=wanted,
+                updated_since=updated_since,
+                limit=limit,
+                cursor=cursor,
+            )
+        else:
+            page = await _tenant_page(producer, prefix, agent, wanted, updated_since, limit, cursor)
     return SessionList(
         sessions=[SessionSummary.model_validate(s, from_attributes=True) for s in page.sessions],
         next_cursor=page.next_cursor,

@@ -38,6 +38,7 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
     match event.type:
         case "queued":
             line = f"queued     {event.turn_id} for agent {event.agent}: {_short(event.message)}"
+            line += "".join(f" [image: {image}]" for image in event.images)
         case "started":
             line = f"started    attempt {event.attempt} on {event.worker or 'a worker'}"
             if event.resumed_from_step is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
@@ -33,6 +33,7 @@ from reactq.producer.client import (
     TurnInfo,
     typed_output,
 )
+from reactq.shared.content import ContentPart
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
@@ -157,7 +158,7 @@ class SyncProducer:
     def submit(
         self,
         session_id: str,
-        message: str,
+        message: str | Sequence[str | ContentPart | Mapping[str, Any]],
         *,
         agent: str,
         strategy: MultitaskStrategy | str = MultitaskStrategy.ENQUEUE,

@@ -27,6 +27,7 @@ from reactq.producer.client import (
     TurnInfo,
 )
 from reactq.producer.sync import SyncProducer, SyncTurnHandle
+from reactq.shared.content import ContentPart, ImagePart, TextPart
 from reactq.shared.errors import (
     AgentMismatchError,
     AgentRunError,
@@ -42,8 +43,10 @@ from reactq.shared.errors import (
     DecisionConflictError,
     EmptyMessageError,
     EmptyResponseError,
+    ImageTooLargeError,
     InvalidContextError,
     InvalidCursorError,
+    InvalidImageError,
     InvalidMessageError,
     InvalidMetadataError,
     InvalidOutputError,
@@ -56,6 +59,7 @@ from reactq.shared.errors import (
     LLMConnectionError,
     LLMError,
     LLMErrorEnvelopeError,
+    LLMImagesUnsupportedError,
     LLMNoChoicesError,
     LLMRateLimitError,
     LLMResponseError,
@@ -92,6 +96,7 @@ from reactq.shared.events import (
     ErrorEvent,
     Event,
     FinalEvent,
+    GuardrailEvent,
     ModelFallbackEvent,
     ObservationEvent,
     QueuedEvent,
@@ -139,6 +144,7 @@ from reactq.worker.agent import (
     tool,
 )
 from reactq.worker.agent.config import ApprovalPolicy
+from reactq.worker.agent.guardrails import Guardrail, GuardrailBlockedError, GuardrailResult
 from reactq.worker.definitions import Agent, AgentConfigError, load_agents
 
 if TYPE_CHECKING:
@@ -159,6 +165,8 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ContextPolicy",
     "ToolMode",
     "ApprovalPolicy",
+    "Guardrail",
+    "GuardrailResult",
     "load_agents",
     # tools
     "Registry",
@@ -227,6 +235,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ModelFallbackEvent",
     "RateLimitedEvent",
     "CompactedEvent",
+    "GuardrailEvent",
     "ErrorEvent",
     "ApprovalRequestedEvent",
     "ApprovalDecidedEvent",
@@ -234,6 +243,9 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "parse_event",
     "ChatMessage",
     "ToolCall",
+    "TextPart",
+    "ImagePart",
+    "ContentPart",
     # errors (the tree is drawn in reactq.shared.errors)
     "ReactqError",
     "ConfigError",
@@ -246,6 +258,8 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "EmptyMessageError",
     "MessageTooLargeError",
     "InvalidMessageError",
+    "ImageTooLargeError",
+    "InvalidImageError",
     "InvalidMetadataError",
     "InvalidContextError",
     "ContextTooLargeError",
@@ -272,6 +286,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "LLMServerError",
     "LLMBadRequestError",
     "LLMAuthError",
+    "LLMImagesUnsupportedError",
     "ContextLengthExceededError",
     "LLMResponseError",
     "LLMUndecodableError",
@@ -285,6 +300,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "EmptyResponseError",
     "ToolRequiredError",
     "InvalidOutputError",
+    "GuardrailBlockedError",
     "BudgetExceededError",
     "SessionBudgetExceededError",
     "GatewayRequestError",

@@ -36,6 +36,7 @@ from reactq.producer.cli_state import (
 )
 from reactq.producer.client import Producer
 from reactq.producer.render import render
+from reactq.shared.content import ImagePart
 from reactq.shared.error_codes import ERROR_CODES
 from reactq.shared.errors import ConfigError, ReactqError, ServiceUnavailableError
 from reactq.shared.events import Event, FinalEvent
@@ -83,7 +84,7 @@ async def _send_via_gateway(args: argparse.Namespace) -> int:
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         accepted = await client.submit(
-            args.session, args.message, agent=args.agent, strategy=args.strategy
+            args.session, _message(args), agent=args.agent, strategy=args.strategy
         )
         if args.no_follow:
             print(accepted.turn_id)
@@ -110,13 +111,20 @@ def _client_key() -> str | None:
     return key.get_secret_value() if key else None
 
 
+def _message(args: argparse.Namespace) -> str | list[str | ImagePart]:
+    """The message ``send`` submits: its text, with the ``--image`` files after it."""
+    if not args.image:
+        return str(args.message)
+    return [args.message, *(ImagePart.from_path(path) for path in args.image)]
+
+
 async def _send(args: argparse.Namespace) -> int:
     if args.gateway:
         return await _through_gateway(args, _send_via_gateway)
 
     async with Producer.from_env() as producer:
         handle = await producer.submit(
-            args.session, args.message, agent=args.agent, strategy=args.strategy
+            args.session, _message(args), agent=args.agent, strategy=args.strategy
         )
         await _warn_if_no_live_worker(producer, args.agent)
         if args.no_follow:
@@ -261,7 +269,8 @@ async def _history(args: argparse.Namespace) -> int:
         elif m.role == "tool":
             print(f"{m.sequence:>4} {'tool':>9}: {m.name} -> {m.content}")
         else:
-            print(f"{m.sequence:>4} {m.role:>9}: {m.content}")
+            images = [f"[image: {p.label()}]" for p in m.parts or () if isinstance(p, ImagePart)]
+            print(f"{m.sequence:>4} {m.role:>9}: {' '.join([m.content or '', *images]).strip()}")
     return 0
 
 
@@ -446,6 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="enqueue",
         choices=[m.value for m in MultitaskStrategy],
         help=STRATEGY_HELP,
+    )
+    s.add_argument(
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="an image file sent with the message (repeatable; REACTQ_MAX_IMAGE_BYTES each)",
     )
     s.add_argument("--no-follow", action="store_true", help="print the turn id and return")
     s.add_argument("--json", action="store_true", help="one JSON event per line")

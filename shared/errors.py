@@ -14,7 +14,10 @@
     │   │                                               ``after`` Redis would refuse)
     │   ├── EmptyMessageError        empty_message
     │   ├── MessageTooLargeError     message_too_large
+    │   │   └── ImageTooLargeError   image_too_large   (over REACTQ_MAX_IMAGE_BYTES)
     │   ├── InvalidMessageError      invalid_message   (text UTF-8 cannot carry)
+    │   │   └── InvalidImageError    invalid_image     (a content part that is not text
+    │   │                                               or a usable image)
     │   ├── InvalidMetadataError     invalid_metadata  (not a JSON object UTF-8 can carry)
     │   ├── InvalidContextError      invalid_context   (the turn's context: not a JSON object)
     │   │   └── ContextTooLargeError context_too_large (over REACTQ_MAX_CONTEXT_BYTES)
@@ -48,7 +51,8 @@
     │   ├── LLMRateLimitError        llm_rate_limited
     │   ├── LLMServerError           llm_server_error
     │   ├── LLMBadRequestError       llm_bad_request
-    │   │   └── LLMAuthError         llm_auth          (401/403: the key is refused)
+    │   │   ├── LLMAuthError         llm_auth          (401/403: the key is refused)
+    │   │   └── LLMImagesUnsupportedError llm_images_unsupported (a text-only model)
     │   ├── ContextLengthExceededError context_length_exceeded
     │   ├── LLMResponseError         llm_bad_response  (garbage, error envelope, no choices)
     │   │   ├── LLMUndecodableError  llm_undecodable   (a body that is not JSON)
@@ -77,6 +81,8 @@ Subclasses defined beside the code that raises them::
     AgentConfigError     config_error        a ConfigError and a ValueError
                                              (reactq.worker.definitions)
     ToolArgumentsError   invalid_arguments   a ToolError (reactq.worker.agent.tools)
+    GuardrailBlockedError guardrail_blocked  an AgentRunError: a guardrail refused the
+                                             input or the answer (reactq.worker.agent.guardrails)
     WorkspaceError       workspace_error     a ToolError: a file tool refused a path or a change
                                              (reactq.bundles.workspace)
     PatchError           patch_error         a WorkspaceError: apply_patch changed nothing
@@ -197,6 +203,19 @@ class InvalidMessageError(InvalidTurnError):
     """The user message is text UTF-8 cannot carry (it holds a lone surrogate)."""
 
     code = "invalid_message"
+
+
+class ImageTooLargeError(MessageTooLargeError):
+    """An image of the user message is over REACTQ_MAX_IMAGE_BYTES."""
+
+    code = "image_too_large"
+
+
+class InvalidImageError(InvalidMessageError):
+    """A content part of the user message is neither text nor a usable image (not http(s)
+    or a base64 data URL of an image type, or a file that cannot be read)."""
+
+    code = "invalid_image"
 
 
 class InvalidMetadataError(InvalidTurnError):
@@ -333,6 +352,13 @@ class LLMAuthError(LLMBadRequestError):
     """The endpoint refused the credentials (401) or the key's access (403)."""
 
     code = "llm_auth"
+
+
+class LLMImagesUnsupportedError(LLMBadRequestError):
+    """The model refused the image parts of a message: it reads text only (a 400
+    naming images or the content type)."""
+
+    code = "llm_images_unsupported"
 
 
 class ContextLengthExceededError(LLMError):

@@ -50,6 +50,9 @@ class QueuedEvent(BaseEvent):
     """The agent that will run it."""
     message: str
     """The user's message."""
+    images: list[str] = Field(default_factory=list)
+    """The message's images: each one's URL, or for one sent inline its type and size
+    (``image/png, 12 KB``); the bytes are never published."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """What the producer attached to the turn (its context is never published)."""
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -204,6 +207,27 @@ class CompactedEvent(BaseEvent):
     """The model that wrote the summary."""
 
 
+class GuardrailEvent(BaseEvent):
+    """One guardrail's verdict on the turn's input or its final answer."""
+
+    type: Literal["guardrail"] = "guardrail"
+    name: str
+    """The guardrail's name."""
+    stage: Literal["input", "output"]
+    """What it judged: the user message or the final answer."""
+    allowed: bool
+    """False: the guardrail blocked it (the turn ends with status ``blocked``)."""
+    reason: str | None = None
+    """Why, as the guardrail said (or what failed)."""
+    duration: float = 0.0
+    """Seconds the guardrail took."""
+    failed: Literal["error", "timeout"] | None = None
+    """Set when the guardrail raised or ran out of time: ``allowed`` is then its
+    fail-open (True) or fail-closed (False) setting."""
+    original: str | None = None
+    """The blocked answer, on the audit log's copy only: never on the stream."""
+
+
 class ErrorEvent(BaseEvent):
     """Something went wrong; a ``final`` follows."""
 
@@ -275,6 +299,7 @@ Event = Annotated[
     | ToolFailedEvent
     | UsageEvent
     | CompactedEvent
+    | GuardrailEvent
     | ErrorEvent
     | ApprovalRequestedEvent
     | ApprovalDecidedEvent

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reactq.shared.content import ContentPart
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -31,6 +33,9 @@ class ChatMessage(BaseModel):
     """Who wrote it."""
     content: str | None = None
     """Its text; None for an assistant message that only calls tools."""
+    parts: list[ContentPart] | None = None
+    """A user message sent as content parts (text and images): sent to the model in
+    their place of ``content``, which holds their text."""
     name: str | None = None
     """The tool name, for a tool result."""
     tool_calls: list[ToolCall] | None = None
@@ -57,7 +62,10 @@ class ChatMessage(BaseModel):
         ``reasoning_content`` (providers that think with tools need it to go on; without
         tool calls none asks for it), unless ``reasoning`` is False.
         """
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        content: Any = self.content
+        if self.parts:
+            content = [part.model_dump(exclude_none=True) for part in self.parts]
+        out: dict[str, Any] = {"role": self.role, "content": content}
         if self.name is not None and self.role == "tool":
             out["name"] = self.name
         if self.tool_calls:

@@ -117,7 +117,16 @@ class Settings(BaseModel):
     max_message_bytes: int = Field(
         64 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_MESSAGE_BYTES"}
     )
-    """Largest user message accepted by submit, in UTF-8 bytes."""
+    """Largest user message accepted by submit, in UTF-8 bytes (its text parts, joined)."""
+    max_image_bytes: int = Field(
+        5 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_IMAGE_BYTES"}
+    )
+    """Largest image (decoded bytes) a user message may carry inline, as a data URL."""
+    max_content_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_CONTENT_BYTES"}
+    )
+    """Largest user message with content parts, as the JSON of its parts (images
+    included, as their data URLs)."""
     max_context_bytes: int = Field(
         16 * 1024, gt=0, json_schema_extra={"env": "REACTQ_MAX_CONTEXT_BYTES"}
     )
@@ -157,7 +166,9 @@ class Settings(BaseModel):
         default_factory=list, json_schema_extra={"env": "REACTQ_API_KEYS"}
     )
     """Keys the gateway accepts as ``Authorization: Bearer`` (comma-separated in the env;
-    ``name:key`` names a key, and the name is recorded as the decider of its approvals)."""
+    ``name:key`` names a key, and the name is recorded as the decider of its approvals;
+    ``name:key;prefix=acme-;agents=a|b;ro`` scopes it to a tenant's sessions, some
+    agents, read-only)."""
     api_key: SecretStr | None = Field(None, json_schema_extra={"env": "REACTQ_API_KEY"})
     """The key a client (``reactq send --gateway``) presents to a gateway."""
     cors_origins: list[str] = Field(

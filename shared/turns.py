@@ -6,13 +6,16 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reactq.shared.content import ContentPart, ImagePart, TextPart, parse_parts, parts_text
 from reactq.shared.errors import (
     EmptyMessageError,
+    ImageTooLargeError,
     InvalidSessionIdError,
     InvalidTurnError,
     MessageTooLargeError,
@@ -47,6 +50,9 @@ class TurnStatus(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     INVALID_OUTPUT = "invalid_output"
     """The final answer did not match the agent's ``output_type``, twice."""
+    BLOCKED = "blocked"
+    """A guardrail refused the input (nothing reached the model) or the answer (replaced
+    by the guardrail's refusal)."""
 
     @property
     def is_final(self) -> bool:
@@ -112,6 +118,42 @@ def validate_message(message: object, max_bytes: int) -> str:
     return message
 
 
+def check_message(
+    message: str | Sequence[Any], max_text_bytes: int, max_image_bytes: int, max_total_bytes: int
+) -> tuple[str, list[TextPart | ImagePart] | None]:
+    """The message's text and parts (None for a plain string), or raise:
+    EmptyMessageError (no text and no image), MessageTooLargeError (the text over
+    ``max_text_bytes``, or the parts as sent over ``max_total_bytes``),
+    ImageTooLargeError (an inline image over ``max_image_bytes``) or InvalidImageError."""
+    if isinstance(message, str):
+        return validate_message(message, max_text_bytes), None
+    if not isinstance(message, Sequence):
+        raise EmptyMessageError("the message must be text or a list of content parts")
+    parts = parse_parts(message)
+    text = parts_text(parts)
+    images = [p for p in parts if isinstance(p, ImagePart)]
+    if not images or text.strip():
+        validate_message(text, max_text_bytes)
+    for index, image in enumerate(images, 1):
+        size = image.size
+        if size is not None and size > max_image_bytes:
+            raise ImageTooLargeError(
+                f"image {index} is {size} bytes, over the limit of {max_image_bytes} "
+                "(REACTQ_MAX_IMAGE_BYTES)",
+                size=size,
+                limit=max_image_bytes,
+            )
+    total = sum(len(p.model_dump_json(exclude_none=True)) for p in parts)
+    if total > max_total_bytes:
+        raise MessageTooLargeError(
+            f"the message with its images is {total} bytes, over the limit of "
+            f"{max_total_bytes} (REACTQ_MAX_CONTENT_BYTES)",
+            size=total,
+            limit=max_total_bytes,
+        )
+    return text, parts
+
+
 class TurnRequest(BaseModel):
     """A turn as it travels from the producer to a worker (the pending list entry)."""
 
@@ -126,7 +168,9 @@ class TurnRequest(BaseModel):
     agent: str
     """The agent that runs it."""
     message: str
-    """The user's message."""
+    """The user's message (the text of its parts, when it has parts)."""
+    parts: list[ContentPart] | None = None
+    """The message as content parts (text and images), when it was sent so."""
     strategy: MultitaskStrategy = MultitaskStrategy.ENQUEUE
     """What to do when the session is busy."""
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -16,7 +16,7 @@ from typing import Any
 import redis as redis_sync
 
 from reactq.shared.redis_urls import is_cluster_url, node_url
-from reactq.worker.agent.llm.scripted_server import Reply
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 
 ROOT = Path(__file__).resolve().parent.parent
 REACTQ = str(Path(sys.executable).parent / "reactq")
@@ -172,14 +172,14 @@ def running_pool(
     handler: Callable[[Mapping[str, Any]], Reply],
     workers: int = 1,
     agents: str = "tests.pool_agents:agent",
+    server: ScriptedServer | None = None,
     **extra_env: str,
 ) -> Iterator[dict[str, str]]:
     """A scripted model and ``workers`` real workers hosting ``agents`` on SQLite in
     ``tmp``; yields the environment a producer (or the CLI) needs to reach them
-    (``extra_env`` added, for both sides)."""
-    from reactq.worker.agent.llm.scripted_server import ScriptedServer
-
-    server = ScriptedServer(handler).start_in_thread()
+    (``extra_env`` added, for both sides). ``server``: a scripted server (not started)
+    to run instead of one on ``handler``, for a test that reads or configures it."""
+    server = (server if server is not None else ScriptedServer(handler)).start_in_thread()
     env = {
         "REACTQ_REDIS_URL": redis_url,
         "REACTQ_NAMESPACE": namespace,

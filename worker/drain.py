@@ -367,6 +367,7 @@ class Drainer:
             work = runner.run_turn(
                 session_id=sid,
                 message=turn.message,
+                parts=turn.parts,
                 turn_id=turn.turn_id,
                 emitter=emitter,
                 fence=token,

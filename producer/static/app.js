@@ -67,10 +67,24 @@ function line(box, ev, cls, tag, body) {
 
 function code(text) { return el("code", "", text); }
 
+// The queued event carries an image's URL, or only the type and size of an inline one.
+function userMessage(ev) {
+  const span = el("span", "", ev.message);
+  for (const image of ev.images || []) {
+    if (/^https?:\/\//.test(image)) {
+      const img = el("img", "thumb"); img.src = image; img.alt = image; img.loading = "lazy";
+      span.append(" ", img);
+    } else {
+      span.append(" ", el("span", "image", `[image: ${image}]`));
+    }
+  }
+  return span;
+}
+
 function render(ev) {
   const box = turnBox(ev);
   switch (ev.type) {
-    case "queued": line(box, ev, "user", "you", ev.message); break;
+    case "queued": line(box, ev, "user", "you", userMessage(ev)); break;
     case "started":
       setStatus(box, "running");
       line(box, ev, "started", "started", `attempt ${ev.attempt}` + (ev.worker ? ` on ${ev.worker}` : ""));

@@ -67,7 +67,7 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
-from reactq.shared.state.text import dec, dump_extra, enc, load_extra
+from reactq.shared.state.text import dec, dump_extra, dump_parts, enc, load_extra, load_parts
 from reactq.shared.turns import TurnStatus
 
 RECORD_VERSION = 1
@@ -598,6 +598,7 @@ def _dump_message(message: ChatMessage, turn_id: str | None, now: float) -> str:
             "extra": dump_extra(message.extra),
             # Only on summaries: ordinary messages stay as they were stored before.
             **({"summary_of": message.summary_of} if message.summary_of is not None else {}),
+            **({"parts": dump_parts(message.parts)} if message.parts else {}),
         }
     )
 
@@ -608,6 +609,7 @@ def _message(raw: bytes | str, sequence: int) -> ChatMessage:
     return ChatMessage(
         role=data["role"],
         content=dec(data.get("content")),
+        parts=load_parts(data.get("parts")),
         name=dec(data.get("name")),
         tool_calls=None
         if calls is None

@@ -30,11 +30,11 @@ from sqlalchemy import (
 )
 
 from reactq.shared.messages import ChatMessage, ToolCall
-from reactq.shared.state.text import MARK, dec, dump_extra, enc, load_extra
+from reactq.shared.state.text import MARK, dec, dump_extra, dump_parts, enc, load_extra, load_parts
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -87,6 +87,8 @@ messages = Table(
     Column("extra", Text, nullable=True),
     # A compaction summary: the last sequence it stands for (NULL: an ordinary message).
     Column("summary_of", Integer, nullable=True),
+    # A user message's content parts (text and images) as JSON text (NULL: plain text).
+    Column("parts", Text, nullable=True),
     UniqueConstraint("session_id", "branch_id", "sequence", name="uq_messages_position"),
     ForeignKeyConstraint(
         ["session_id", "branch_id"],
@@ -162,6 +164,7 @@ def to_message(row: Any) -> ChatMessage:
     return ChatMessage(
         role=row["role"],
         content=dec(row["content"]),
+        parts=load_parts(row["parts"]),
         name=dec(row["name"]),
         tool_calls=None
         if raw_calls is None
@@ -198,4 +201,5 @@ def message_row(
         "reasoning": enc(message.reasoning),
         "extra": dump_extra(message.extra),
         "summary_of": message.summary_of,
+        "parts": dump_parts(message.parts),
     }

@@ -41,3 +41,16 @@ def load_extra(raw: str | None) -> dict[str, Any] | None:
     """The fields ``dump_extra`` stored."""
     text = dec(raw)
     return None if text is None else dict(json.loads(text))
+
+
+def dump_parts(parts: list[Any] | None) -> str | None:
+    """A message's content parts (pydantic models) as the stored JSON text."""
+    if not parts:
+        return None
+    return enc(json.dumps([p.model_dump(exclude_none=True) for p in parts], ensure_ascii=False))
+
+
+def load_parts(raw: str | None) -> list[Any] | None:
+    """The content parts ``dump_parts`` stored, as JSON data (ChatMessage validates them)."""
+    text = dec(raw)
+    return None if text is None else list(json.loads(text))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from reactq.shared.turn_inputs import OVERRIDABLE
 from reactq.worker.agent.context_policy import ContextPolicy
+from reactq.worker.agent.guardrails import Guardrail, GuardrailCheck, as_guardrails
 from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
 from reactq.worker.agent.llm.base import RequestOptions
 from reactq.worker.agent.llm.endpoint import Model, as_model
@@ -142,6 +143,12 @@ class LoopConfig:
     """Seconds the tool gate may take to decide (then the call is denied); None: no limit."""
     approval: ApprovalPolicy | None = None
     """``approval(tool, arguments, context) -> bool``: True makes the call wait for a person."""
+    input_guardrails: Sequence[Guardrail | GuardrailCheck] = ()
+    """Checks on the user message; a block ends the turn (status blocked) unanswered."""
+    output_guardrails: Sequence[Guardrail | GuardrailCheck] = ()
+    """Checks on the final answer; a block replaces it with the guardrail's refusal."""
+    guardrails_parallel: bool = False
+    """Run the input guardrails beside the first model call (a block cancels it)."""
 
     def __post_init__(self) -> None:
         model = self.model
@@ -183,7 +190,20 @@ class LoopConfig:
                 name,
                 ("session_max_tokens", "session_max_cost"),
             )
-        for name in ("stream", "wrap_up", "require_tool_before_final", "replay_reasoning"):
+        for knob in ("input_guardrails", "output_guardrails"):
+            object.__setattr__(self, knob, as_guardrails(knob, getattr(self, knob)))
+        if self.guardrails_parallel is True and not self.input_guardrails:
+            raise ValueError(
+                "guardrails_parallel=True runs input guardrails beside the first model call, "
+                "and there are none: give input_guardrails, or drop guardrails_parallel"
+            )
+        for name in (
+            "stream",
+            "wrap_up",
+            "require_tool_before_final",
+            "replay_reasoning",
+            "guardrails_parallel",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         interval = self.delta_interval

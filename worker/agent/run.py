@@ -9,10 +9,11 @@ tool or model call.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,14 @@ from reactq.worker.agent.context_policy import (
     summary_message,
 )
 from reactq.worker.agent.fallback import ModelChain, ModelSwitch
+from reactq.worker.agent.guardrails import (
+    Guardrail,
+    GuardrailBlockedError,
+    GuardrailCheck,
+    Guardrails,
+    Stage,
+    as_guardrails,
+)
 from reactq.worker.agent.interventions import call_hook
 from reactq.worker.agent.llm.base import LLMResponse
 from reactq.worker.agent.llm.ratelimit import RateLimiter, estimate_tokens
@@ -103,7 +112,8 @@ class RunResult:
     """What one run of the loop produced."""
 
     status: TurnStatus
-    """COMPLETED, MAX_ITERATIONS, ERROR, BUDGET_EXCEEDED, INVALID_OUTPUT or CANCELLED."""
+    """COMPLETED, MAX_ITERATIONS, ERROR, BUDGET_EXCEEDED, INVALID_OUTPUT, BLOCKED or
+    CANCELLED."""
     text: str
     """The final answer, or the fallback message."""
     messages: list[ChatMessage] = field(default_factory=list)
@@ -111,7 +121,8 @@ class RunResult:
     usage: dict[str, int] = field(default_factory=dict)
     """Token usage summed over every model call."""
     error: ReactqError | None = None
-    """Why it ended in ERROR or BUDGET_EXCEEDED."""
+    """Why it ended in ERROR, BUDGET_EXCEEDED or BLOCKED (a GuardrailBlockedError whose
+    ``details["stage"]`` says whether the input or the answer was refused)."""
     cost: float | None = None
     """What the run cost, when the loop has a price for its model."""
     output: dict[str, Any] | None = None
@@ -170,6 +181,8 @@ class Run:
         self.sent = (0, 0)  # the last request's characters and estimated tokens
         self.summary: ChatMessage | None = None
         self.output_retried = False  # the one retry of an answer that missed output_type
+        # Parallel input guardrails: their verdict, raced against the first model call.
+        self.input_check: asyncio.Future[GuardrailBlockedError | None] | None = None
 
     async def execute(
         self, messages: list[ChatMessage], resume: list[ChatMessage] | None = None
@@ -191,6 +204,15 @@ class Run:
         self.new = steps
         replies = sum(1 for m in steps if m.role == "assistant")
         try:
+            # A resumed turn passed its input guardrails in an earlier attempt.
+            if not steps and config.input_guardrails:
+                check = self._guard("input", config.input_guardrails, _text(messages[-1]))
+                if config.guardrails_parallel:
+                    self.input_check = asyncio.ensure_future(check)
+                else:
+                    blocked = await check
+                    if blocked is not None:
+                        raise blocked
             if not steps and config.context_policy is not None and len(messages) > 1:
                 await self._compact(list(prefix), messages)
             if steps:
@@ -212,8 +234,18 @@ class Run:
             return self._end(TurnStatus.CANCELLED, config.cancelled_message)
         except _OverBudget as over:
             return await self._over_budget(over.which)
+        except GuardrailBlockedError as blocked:
+            # Nothing of the turn is kept: the refused input never reaches a later turn.
+            meter = self.meter
+            return RunResult(
+                TurnStatus.BLOCKED, blocked.message, [], meter.totals, blocked, meter.cost
+            )
         except (LLMError, ParserError, EmptyResponseError, ToolRequiredError) as exc:
             return await self.fail(exc)
+        finally:
+            if self.input_check is not None and not self.input_check.done():
+                self.input_check.cancel()
+                await asyncio.gather(self.input_check, return_exceptions=True)
 
     # -- steps ----------------------------------------------------------------------
 
@@ -432,7 +464,7 @@ class Run:
             return self._end(TurnStatus.MAX_ITERATIONS, fallback)
         if response.truncated:
             text += TRUNCATION_MARK
-        return self._end(TurnStatus.MAX_ITERATIONS, text)
+        return await self._guard_output(self._end(TurnStatus.MAX_ITERATIONS, text))
 
     # -- the model call -------------------------------------------------------------
 
@@ -452,11 +484,13 @@ class Run:
         deltas: DeltaBuffer | None = None
         thinking: DeltaBuffer | None = None
         self.visible = None
-        # An answer that may yet be refused (no tool called yet) is not shown at all.
-        shows = not self._tool_still_required()
+        # An answer that may yet be refused (no tool called yet, an input guardrail's
+        # verdict pending) is not shown at all.
+        shows = not self._tool_still_required() and self.input_check is None
         if config.stream and shows:
-            # A structured answer is shown once validated, in the final, not piecewise.
-            if loop.output is None:
+            # A structured answer is shown once validated, and one output guardrails may
+            # block once they allowed it: in the final, not piecewise.
+            if loop.output is None and not config.output_guardrails:
                 self.visible = None if loop.mode.native else VisibleText(loop.mode.mode.value)
                 deltas = DeltaBuffer(self.emitter, config.delta_interval, self.visible)
             thinking = DeltaBuffer(self.emitter, config.delta_interval, event=ReasoningEvent)
@@ -472,6 +506,8 @@ class Run:
                 on_delta=deltas.add if deltas is not None else None,
                 **({"on_reasoning": thinking.add} if thinking is not None else {}),
             )
+            if self.input_check is not None:
+                call = self._raced(call, self.input_check)
             try:
                 response = await (call if self.cancel is None else self.cancel.guard(call))
                 break
@@ -504,6 +540,60 @@ class Run:
             )
         await self._count(response)
         return response
+
+    async def _raced(
+        self, call: Awaitable[LLMResponse], check: asyncio.Future[GuardrailBlockedError | None]
+    ) -> LLMResponse:
+        """The model call, raced against the input guardrails: a block cancels the call;
+        an answer waits for their verdict before the run acts on it."""
+        work = asyncio.ensure_future(call)
+        try:
+            await asyncio.wait((work, check), return_when=asyncio.FIRST_COMPLETED)
+            if not check.done():
+                await work  # its error (a fallback may follow) before any verdict
+            blocked = await check
+            if blocked is not None:
+                raise blocked
+            self.input_check = None
+            return await work
+        finally:
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+
+    async def _guard(
+        self, stage: Stage, guardrails: Sequence[Guardrail | GuardrailCheck], text: str
+    ) -> GuardrailBlockedError | None:
+        checker = Guardrails(
+            self.emitter, self.context, self.models.llm, self.models.model, self._count_aside
+        )
+        return await checker.check(stage, as_guardrails(f"{stage}_guardrails", guardrails), text)
+
+    async def _count_aside(self, response: LLMResponse, model: str) -> None:
+        """Meter a call the counter did not estimate (a classifier's): no calibration."""
+        sent, self.sent = self.sent, (0, 0)
+        try:
+            await self._count(response, model)
+        finally:
+            self.sent = sent
+
+    async def _guard_output(self, result: RunResult) -> RunResult:
+        """The result, or (an output guardrail blocked its answer) the refusal instead."""
+        guardrails = self.loop.config.output_guardrails
+        if not guardrails:
+            return result
+        blocked = await self._guard("output", guardrails, result.text)
+        if blocked is None:
+            return result
+        refusal = ChatMessage(role="assistant", content=blocked.message, turn_id=self.turn_id)
+        result.messages[-1] = refusal
+        result.status, result.text, result.error, result.output = (
+            TurnStatus.BLOCKED,
+            blocked.message,
+            blocked,
+            None,
+        )
+        return result
 
     def _window(self) -> int:
         return context_window_for(self.models.model, self.loop.config.context_window)
@@ -681,7 +771,7 @@ class Run:
         retry quoting what was wrong (``again`` takes the retried answer as a step)."""
         spec = self.loop.output
         if spec is None:
-            return self._complete(text, response)
+            return await self._complete(text, response)
         try:
             output = spec.validate(text)
         except InvalidOutputError as exc:
@@ -700,12 +790,13 @@ class Run:
         text = json.dumps(output, ensure_ascii=False)
         result = self._end(TurnStatus.COMPLETED, text, keep=True, response=response)
         result.output = output
-        return result
+        return await self._guard_output(result)
 
-    def _complete(self, text: str, response: LLMResponse) -> RunResult:
+    async def _complete(self, text: str, response: LLMResponse) -> RunResult:
         if response.truncated:
             text += TRUNCATION_MARK
-        return self._end(TurnStatus.COMPLETED, text, keep=True, response=response)
+        result = self._end(TurnStatus.COMPLETED, text, keep=True, response=response)
+        return await self._guard_output(result)
 
     async def fail(self, error: ReactqError) -> RunResult:
         """End in ERROR: report it (if the bus still works) and return the fallback."""
@@ -738,6 +829,15 @@ class Run:
         return RunResult(
             status, text, self.new, self.meter.totals, error, self.meter.cost, summary=self.summary
         )
+
+
+def _text(message: ChatMessage) -> str:
+    """The text of a user message (its text parts, for one with content parts)."""
+    content: Any = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = (p.get("text") if isinstance(p, Mapping) else getattr(p, "text", None) for p in content)
+    return "\n".join(p for p in parts if isinstance(p, str))
 
 
 def _provider_fields(response: LLMResponse) -> dict[str, Any]:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reactq.shared.bus import TurnEmitter
+from reactq.shared.content import ContentPart
 from reactq.shared.errors import (
     AgentMismatchError,
     ReactqError,
@@ -71,6 +72,7 @@ class AgentRunner:
         message: str,
         turn_id: str,
         emitter: TurnEmitter,
+        parts: Sequence[ContentPart] | None = None,
         fence: int | None = None,
         cancel: CancelHandle | None = None,
         keep_partial: Callable[[], bool] | None = None,
@@ -109,6 +111,9 @@ class AgentRunner:
         agent allows for this turn only. A session over its ``session_max_tokens`` /
         ``session_max_cost`` ends the turn with status budget_exceeded before any
         model call. Every final carries the agent's ``config_version``.
+
+        ``parts``: the message as content parts (text and images), stored with it and
+        sent to the model in its place; ``message`` is their text.
         """
         cost: float | None = None
         code: str | None = None
@@ -117,7 +122,9 @@ class AgentRunner:
         emitter.final_follows = True  # every path below ends with a final
         signal = CancelSignal(cancel) if cancel is not None else None
         try:
-            user = ChatMessage(role="user", content=message, turn_id=turn_id)
+            user = ChatMessage(
+                role="user", content=message, parts=list(parts) if parts else None, turn_id=turn_id
+            )
             if signal is not None and signal.is_set():
                 if keep_partial is not None and keep_partial():
                     # Stopped before it read any branch: the active one is its branch,
@@ -260,9 +267,12 @@ class AgentRunner:
                 **_RecordFields(metadata, version, result.usage, result.cost).fields(),
             )
             summary = [result.summary] if result.summary is not None else []
-            await self.store.commit_turn(
-                session_id, [*summary, user, *produced], record, fence=fence, branch_id=branch
-            )
+            kept = [*summary, user, *produced]
+            if result.status is TurnStatus.BLOCKED and not result.messages:
+                # An input guardrail refused it: the record says so, the conversation
+                # stays as it was (a later turn must not replay it to the model).
+                kept = []
+            await self.store.commit_turn(session_id, kept, record, fence=fence, branch_id=branch)
             text, status, usage, cost = result.text, result.status, result.usage, result.cost
             output = result.output
             code = result.error.code if result.error is not None else None

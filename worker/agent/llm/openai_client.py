@@ -13,6 +13,7 @@ onto ``shared.errors``::
     401 / 403                               -> LLMAuthError
     other 4xx                               -> LLMBadRequestError
       ... mentioning context length         -> ContextLengthExceededError
+      ... refusing images (a text-only model) -> LLMImagesUnsupportedError
     a body that is not JSON                 -> LLMUndecodableError
     an error envelope in a 200              -> LLMErrorEnvelopeError
     a 200 without choices                   -> LLMNoChoicesError
@@ -37,6 +38,7 @@ from reactq.shared.errors import (
     LLMConnectionError,
     LLMError,
     LLMErrorEnvelopeError,
+    LLMImagesUnsupportedError,
     LLMRateLimitError,
     LLMResponseError,
     LLMServerError,
@@ -50,6 +52,7 @@ from reactq.worker.agent.llm.parse import (
     StreamAssembler,
     from_completion_json,
     mentions_context_length,
+    mentions_image_refusal,
 )
 from reactq.worker.agent.llm.retry import RetryPolicy, parse_retry_after
 
@@ -281,6 +284,12 @@ class OpenAICompatibleClient:
                 return LLMAuthError(message, **details)
             if mentions_context_length(exc.code, message):
                 return ContextLengthExceededError(message, **details)
+            if 400 <= status < 500 and mentions_image_refusal(exc.code, message):
+                return LLMImagesUnsupportedError(
+                    f"the model does not take images (send text only, or use a model that "
+                    f"sees them): {message}",
+                    **details,
+                )
             if 400 <= status < 500:
                 return LLMBadRequestError(message, **details)
             return LLMResponseError(message, **details)

@@ -28,6 +28,10 @@ __all__ = [
 ]
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context window")
+# How providers say a text-only model got image parts: OpenAI ("Invalid content type.
+# image_url is only supported by certain models"), vLLM ("not a multimodal model"),
+# Ollama and others ("does not support images" / "vision").
+_IMAGE_MARKERS = ("content type", "not support", "unsupported", "multimodal", "vision")
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 # Where providers put reasoning text: DeepSeek, llama.cpp and older vLLM the first,
 # newer vLLM and OpenRouter the second.
@@ -70,6 +74,12 @@ def mentions_context_length(code: str | None, message: str) -> bool:
     """True when a provider's error code or text says the context window overflowed."""
     text = f"{code or ''} {message}".lower()
     return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def mentions_image_refusal(code: str | None, message: str) -> bool:
+    """True when a provider's error code or text says the model cannot take images."""
+    text = f"{code or ''} {message}".lower()
+    return "image" in text and any(marker in text for marker in _IMAGE_MARKERS)
 
 
 def synthetic_call_id() -> str:

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from reactq.worker.agent.llm.demo import demo_model
@@ -59,6 +59,12 @@ class ScriptedServer:
     as the usage block counts it, about four characters a token) is over that many
     tokens is refused 400 ``context_length_exceeded``; ``prompt_sizes`` keeps every
     request's count.
+
+    ``content_parts`` keeps, per chat request, the content of each of its user messages
+    as content parts (a string as one text part). ``refuse_images`` makes it a text-only
+    model: True for every model, or the model names that are, refuse a request with an
+    image part with 400, as OpenAI does (``Invalid content type. image_url is only
+    supported by certain models.``).
     """
 
     def __init__(
@@ -71,6 +77,7 @@ class ScriptedServer:
         max_requests: int = 1000,
         requests_per_second: int | None = None,
         context_window: int | None = None,
+        refuse_images: bool | Collection[str] = False,
     ) -> None:
         if latency < 0:
             raise ValueError(f"latency must be >= 0 seconds, got {latency!r}")
@@ -95,6 +102,9 @@ class ScriptedServer:
         self.context_window = context_window
         self.prompt_sizes: list[int] = []
         """The prompt tokens of each chat request, as the usage block counts them."""
+        self.refuse_images = refuse_images
+        self.content_parts: list[list[list[dict[str, Any]]]] = []
+        """Per chat request, each user message's content as parts."""
         self._window: deque[float] = deque()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
@@ -268,6 +278,23 @@ class ScriptedServer:
             del self.requests[: len(self.requests) - self.max_requests]
             del self.request_headers[: len(self.request_headers) - self.max_requests]
             del self.response_formats[: len(self.response_formats) - self.max_requests]
+        parts = _user_parts(request)
+        self.content_parts.append(parts)
+        del self.content_parts[: -self.max_requests]
+        if self._refuses_images(request) and any(
+            p.get("type") == "image_url" for message in parts for p in message
+        ):
+            refusal: dict[str, Any] = {
+                "error": {
+                    "message": "Invalid content type. image_url is only supported by certain "
+                    "models.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": None,
+                }
+            }
+            await self._send(writer, 400, json.dumps(refusal).encode(), close=close)
+            return
         prompt = prompt_tokens(request)
         self.prompt_sizes.append(prompt)
         if self.context_window is not None and prompt > self.context_window:
@@ -307,6 +334,11 @@ class ScriptedServer:
         else:
             payload = json.dumps(completion_body(reply, request), ensure_ascii=False).encode()
             await self._send(writer, reply.status, payload, headers=reply.headers, close=close)
+
+    def _refuses_images(self, request: Mapping[str, Any]) -> bool:
+        if isinstance(self.refuse_images, bool):
+            return self.refuse_images
+        return request.get("model") in self.refuse_images
 
     def _rate_limit(self) -> tuple[bytes | None, tuple[tuple[str, str], ...]]:
         """Count a request against ``requests_per_second`` (a sliding one-second
@@ -383,6 +415,19 @@ class ScriptedServer:
             pass
         self.streams_abandoned += 1
         raise ConnectionResetError("the client hung up mid-stream")
+
+
+def _user_parts(request: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    """Each user message's content as content parts."""
+    found: list[list[dict[str, Any]]] = []
+    for message in request.get("messages") or ():
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                found.append([p for p in content if isinstance(p, dict)])
+            else:
+                found.append([{"type": "text", "text": str(content)}])
+    return found
 
 
 def _head(status: int, content_type: str, headers: tuple[tuple[str, str], ...], close: bool) -> str:

@@ -1,0 +1,282 @@
+"""Issue 20, item 7: scoped API keys on a real `reactq serve` and a real worker.
+
+A key with ``prefix=`` sees and touches only the sessions whose id starts with it
+(and their turns): the rest answer 404 as if they did not exist, on every route. A
+read-only key gets 403 ``read_only`` on every write; a key limited to some agents
+cannot submit to others (answered like an unknown agent). Keys without scopes keep
+full access.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.gateway_support import REACTQ, Gateway, read_until, start_gateway
+from tests.helpers import ROOT, running_pool, sleepy_lookup
+
+pytestmark = pytest.mark.e2e
+
+KEYS = {
+    "admin": "admin-key",
+    "acme": "acme-key",
+    "acme_ro": "acme-ro-key",
+    "acme_other_agents": "acme-ag-key",
+}
+API_KEYS = ",".join(
+    [
+        "admin:admin-key",
+        "acme:acme-key;prefix=acme-",
+        "acmero:acme-ro-key;prefix=acme-;ro",
+        "acmeag:acme-ag-key;prefix=acme-;agents=support|billing",
+    ]
+)
+
+
+@dataclass
+class World:
+    """Sessions and turns the admin key made before the tests."""
+
+    acme: str
+    acme_turn: str
+    acme_doomed: str
+    globex: str
+    globex_turn: str
+
+
+@pytest.fixture(scope="module")
+def pool_env(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("scoped-keys")
+    with running_pool(redis_url, f"{namespace}-sk", tmp, sleepy_lookup) as env:
+        yield {**env, "REACTQ_TMP": str(tmp)}
+
+
+@pytest.fixture(scope="module")
+def gateway(pool_env: dict[str, str]) -> Iterator[Gateway]:
+    env = {**pool_env, "REACTQ_API_KEYS": API_KEYS}
+    gw = start_gateway(env, Path(pool_env["REACTQ_TMP"]), KEYS["admin"])
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def client(gateway: Gateway, who: str) -> httpx2.Client:
+    return httpx2.Client(
+        base_url=gateway.url,
+        headers={"Authorization": f"Bearer {KEYS[who]}"},
+        timeout=httpx2.Timeout(20.0),
+    )
+
+
+def finished_turn(admin: httpx2.Client, session_id: str, message: str = "hello") -> str:
+    """Submit as the admin and wait for the turn's end; its id."""
+    accepted = admin.post(
+        f"/v1/sessions/{session_id}/turns", json={"message": message, "agent": "e2e"}
+    )
+    assert accepted.status_code == 202, accepted.text
+    turn_id: str = accepted.json()["turn_id"]
+    deadline = time.monotonic() + 30
+    while admin.get(f"/v1/turns/{turn_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline, f"turn {turn_id} did not complete"
+        time.sleep(0.05)
+    return turn_id
+
+
+@pytest.fixture(scope="module")
+def world(gateway: Gateway) -> World:
+    tag = uuid.uuid4().hex[:8]
+    acme, doomed, globex = f"acme-{tag}", f"acme-doomed-{tag}", f"globex-{tag}"
+    with client(gateway, "admin") as admin:
+        acme_turn = finished_turn(admin, acme)
+        finished_turn(admin, doomed)
+        globex_turn = finished_turn(admin, globex)
+    return World(acme, acme_turn, doomed, globex, globex_turn)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: how to call it, and what it answers a key that may."""
+
+    method: str
+    path: str
+    """``{sid}`` and ``{tid}`` are filled in from the world."""
+    allowed: int
+    """The status a key of the session's tenant gets."""
+    body: dict[str, Any] | None = None
+    write: bool = False
+
+    @property
+    def missing(self) -> str:
+        return "turn_not_found" if "{tid}" in self.path else "session_not_found"
+
+
+ROUTES = [
+    Route("GET", "/v1/sessions/{sid}", 200),
+    Route("GET", "/v1/sessions/{sid}/messages", 200),
+    Route("GET", "/v1/sessions/{sid}/turns", 200),
+    Route("GET", "/v1/sessions/{sid}/usage", 200),
+    Route("GET", "/v1/sessions/{sid}/branches", 200),
+    Route("GET", "/v1/turns/{tid}", 200),
+    Route("PATCH", "/v1/sessions/{sid}", 200, {"metadata": {"seen": True}}, write=True),
+    Route("POST", "/v1/sessions/{sid}/branches", 201, {"from_sequence": 1}, write=True),
+    Route("PUT", "/v1/sessions/{sid}/active_branch", 200, {"branch": "trunk"}, write=True),
+    Route("POST", "/v1/sessions/{sid}/truncate", 200, {"after": 1000}, write=True),
+    # A finished turn: cancel and decide pass the scope check and hit the turn's state.
+    Route("POST", "/v1/turns/{tid}/cancel", 409, write=True),
+    Route(
+        "POST",
+        "/v1/turns/{tid}/decisions",
+        409,
+        {"decisions": {"c1": True}},
+        write=True,
+    ),
+    Route("DELETE", "/v1/sessions/{sid}", 200, write=True),
+    Route(
+        "POST",
+        "/v1/sessions/{sid}/turns",
+        202,
+        {"message": "hello again", "agent": "e2e"},
+        write=True,
+    ),
+]
+ROUTE_IDS = [f"{r.method} {r.path}" for r in ROUTES]
+
+
+def call(c: httpx2.Client, route: Route, sid: str, tid: str) -> httpx2.Response:
+    path = route.path.format(sid=sid, tid=tid)
+    return c.request(route.method, path, json=route.body)
+
+
+def target(route: Route, world: World, tenant: str) -> tuple[str, str]:
+    if tenant == "globex":
+        return world.globex, world.globex_turn
+    if route.method == "DELETE":
+        return world.acme_doomed, world.acme_turn
+    if route.path.endswith("/turns") and route.method == "POST":
+        return f"acme-new-{uuid.uuid4().hex[:8]}", world.acme_turn
+    return world.acme, world.acme_turn
+
+
+@pytest.mark.parametrize("case", ["other_tenant", "read_only", "own_tenant"])
+@pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)
+def test_every_route_keeps_a_key_to_its_scope(
+    gateway: Gateway, world: World, route: Route, case: str
+) -> None:
+    """Another tenant's ids are not found (and stay untouched); a read-only key reads
+    its tenant and writes nothing; a tenant's key reaches its own on every route."""
+    who = "acme_ro" if case == "read_only" else "acme"
+    sid, tid = target(route, world, "globex" if case == "other_tenant" else "acme")
+    with client(gateway, who) as c, client(gateway, "admin") as admin:
+        answer = call(c, route, sid, tid)
+        if case == "other_tenant":
+            assert answer.status_code == 404, answer.text
+            assert answer.json()["code"] == route.missing
+            shown = admin.get(f"/v1/sessions/{world.globex}")
+            assert shown.status_code == 200 and shown.json()["metadata"] == {}
+            assert shown.json()["turns"] == 1
+            assert admin.get(f"/v1/turns/{world.globex_turn}").json()["status"] == "completed"
+        elif case == "read_only" and route.write:
+            assert answer.status_code == 403, answer.text
+            assert answer.json()["code"] == "read_only"
+        else:
+            assert answer.status_code == route.allowed, answer.text
+            if answer.status_code == 409:
+                # Past the scope check: the turn's own state answered.
+                assert answer.json()["code"] not in ("turn_not_found", "session_not_found")
+        if case == "read_only" and not route.write:
+            # Reading says nothing about another tenant: its ids are still not found.
+            other = call(c, route, *target(route, world, "globex"))
+            assert other.status_code == 404 and other.json()["code"] == route.missing
+
+
+def test_the_listing_shows_only_the_tenants_sessions(gateway: Gateway, world: World) -> None:
+    with client(gateway, "acme") as acme, client(gateway, "admin") as admin:
+        listed = acme.get("/v1/sessions", params={"limit": 1000}).json()["sessions"]
+        ids = {s["session_id"] for s in listed}
+        assert world.acme in ids and world.globex not in ids
+        assert all(i.startswith("acme-") for i in ids)
+        assert world.globex in {
+            s["session_id"]
+            for s in admin.get("/v1/sessions", params={"limit": 1000}).json()["sessions"]
+        }
+        # Pages of one: every page is the tenant's, and the cursor walks them all.
+        seen: list[str] = []
+        params: dict[str, Any] = {"limit": 1}
+        while True:
+            page = acme.get("/v1/sessions", params=params)
+            assert page.status_code == 200, page.text
+            seen += [s["session_id"] for s in page.json()["sessions"]]
+            if page.json()["next_cursor"] is None:
+                break
+            params["cursor"] = page.json()["next_cursor"]
+        assert seen == [s["session_id"] for s in listed]
+
+
+def test_event_streams_follow_the_tenant(gateway: Gateway, world: World) -> None:
+    with client(gateway, "acme_ro") as ro:
+        events = read_until(
+            ro,
+            f"/v1/sessions/{world.acme}/events?turn_id={world.acme_turn}",
+            lambda m: m.event == "final",
+        )
+        assert events[-1].data["turn_id"] == world.acme_turn
+        refused = ro.get(f"/v1/sessions/{world.globex}/events")
+        assert refused.status_code == 404 and refused.json()["code"] == "session_not_found"
+
+
+def test_an_agent_the_key_may_not_run_is_answered_as_an_unknown_agent(
+    gateway: Gateway, world: World
+) -> None:
+    session = f"acme-ag-{uuid.uuid4().hex[:8]}"
+    with client(gateway, "acme_other_agents") as limited:
+        refused = limited.post(
+            f"/v1/sessions/{session}/turns", json={"message": "hi", "agent": "e2e"}
+        )
+        unknown = limited.post(
+            f"/v1/sessions/{session}/turns", json={"message": "hi", "agent": "support"}
+        )
+    assert refused.status_code == unknown.status_code == 422, refused.text
+    assert refused.json()["code"] == unknown.json()["code"] == "unknown_agent"
+    assert refused.json()["field"] == "body.agent"
+    assert refused.json()["message"] == unknown.json()["message"].replace("support", "e2e")
+    with client(gateway, "admin") as admin:
+        assert admin.get(f"/v1/sessions/{session}").status_code == 404
+
+
+def test_unscoped_keys_keep_full_access_and_metrics_are_not_a_tenants(
+    gateway: Gateway, world: World
+) -> None:
+    with client(gateway, "admin") as admin, client(gateway, "acme") as acme:
+        assert admin.get(f"/v1/sessions/{world.globex}").status_code == 200
+        assert admin.get(f"/v1/turns/{world.acme_turn}").status_code == 200
+        assert admin.get("/metrics").status_code in (200, 501)
+        # Pool-wide numbers (queue depth per agent) are no tenant's.
+        refused = acme.get("/metrics")
+        assert refused.status_code == 404 and refused.json()["code"] == "not_found"
+
+
+def test_a_malformed_entry_stops_serve_with_a_config_error(tmp_path: Path) -> None:
+    env = {**os.environ, "REACTQ_API_KEYS": "ops:secret-k;prefix=acme-;tenant=x"}
+    done = subprocess.run(
+        [REACTQ, "serve", "--host", "127.0.0.1", "--port", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "[config_error]" in done.stderr and "REACTQ_API_KEYS" in done.stderr
+    assert "'tenant=x'" in done.stderr and "secret-k" not in done.stderr
