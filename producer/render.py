@@ -27,7 +27,8 @@ def turn_tag(turn_id: str) -> str:
 
 
 def render(event: Event, *, show_session: bool = False, show_turn: bool = False) -> str | None:
-    """One line for a person, or None for events not worth a line (usage, deltas).
+    """One line for a person, or None for events not worth a line (deltas, a usage
+    without a context gauge).
 
     ``show_session`` and ``show_turn`` start the line with the session id and the
     turn's tag, for output where several sessions or turns interleave.
@@ -62,6 +63,11 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
             verdict = "approved" if event.approved else "denied"
             why = f": {_short(event.reason)}" if event.reason else ""
             line = f"decided    call {event.call_id} {verdict} by {event.by}{why}"
+        case "usage" if event.context_window:
+            line = (
+                f"context    {event.context_percent}% of {event.context_window:,} tokens "
+                f"({event.context_tokens or 0:,} in the request)"
+            )
         case "final":
             # Endings the protocol writes start with their status ("cancelled: ..."),
             # which the [status] label already says.

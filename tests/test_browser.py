@@ -145,6 +145,9 @@ def test_send_watch_live_and_resume_after_drops(driver: Any, env: dict[str, str]
         assert "lookup" in action and '"key":"slow: what is the capital of France?"' in action
         assert "lookup →" in driver.find_element(By.CSS_SELECTOR, ".ev.observation").text
         assert driver.find_element(By.CSS_SELECTOR, ".turn .status").text == "completed"
+        # The context gauge: one row per turn, updated by each model call's usage.
+        gauges = driver.find_elements(By.CSS_SELECTOR, ".turn .ev.gauge")
+        assert len(gauges) == 1 and "% of" in gauges[0].text, [g.text for g in gauges]
 
         # The server goes away and comes back on the same address: the page resumes.
         gateway.stop()

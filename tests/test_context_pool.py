@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from reactq.producer import Producer
+from reactq.producer.render import render
 from reactq.shared.events import CompactedEvent, ErrorEvent, Event, UsageEvent
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
@@ -104,6 +105,9 @@ async def test_a_long_session_stays_inside_the_window_and_keeps_turn_ones_fact(
         usage = [e for e in events if isinstance(e, UsageEvent)]
         assert usage and all(e.context_window == WINDOW for e in usage)
         assert all(e.context_tokens and e.context_percent is not None for e in usage)
+        # The live view (`reactq watch`) shows the gauge as a line of its own.
+        gauge = render(usage[-1])
+        assert gauge is not None and f"% of {WINDOW:,} tokens" in gauge, gauge
     turn_id, status, text = await say(producer, s, "recall what you know")
     assert status == "completed"
     assert FACT in text  # turn 1's fact reached the model through the summaries

@@ -128,7 +128,16 @@ function render(ev) {
       row.classList.add("answer");
       break;
     }
-    default: break;  // usage, deltas: not shown
+    case "usage": {
+      // The context gauge: one row per turn, updated by each model call's usage.
+      if (ev.context_window) {
+        const text = `${ev.context_percent}% of ${ev.context_window.toLocaleString()} tokens`;
+        const row = box.querySelector(".ev.gauge");
+        if (row) row.lastChild.textContent = text; else line(box, ev, "gauge", "context", text);
+      }
+      break;
+    }
+    default: break;  // deltas: not shown
   }
 }
 
