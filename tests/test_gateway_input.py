@@ -165,8 +165,8 @@ async def test_ids_at_the_edge_of_the_range_stream(gateway: Gateway, edge: str) 
             "metadata",
             "invalid_metadata",
         ),
-        # The schema's ``str`` already refuses it (pydantic cannot make it a Rust string).
-        (rb'{"message": "hi \ud800", "agent": "alpha"}', "message", "invalid_request"),
+        # The message is text or content parts: the producer's own check names it.
+        (rb'{"message": "hi \ud800", "agent": "alpha"}', "message", "invalid_message"),
     ],
 )
 def test_a_lone_surrogate_is_422_not_500(

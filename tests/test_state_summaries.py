@@ -24,7 +24,7 @@ async def test_a_summary_keeps_what_it_stands_for(store: StateStore) -> None:
     s = sid()
     await store.ensure_session(s, "a")
     await store.append(s, [user("fact: the code is 42"), user("two"), user("three")])
-    await store.commit_turn(s, [summary("S: code 42", 2), user("four")], record(s, "t-1"))
+    await store.commit_turn(s, [summary("S: code 42", 2), user("four")], record(s, f"t-{s}"))
     history = await store.get_messages(s)
     assert [(m.sequence, m.summary_of) for m in history] == [
         (1, None),
