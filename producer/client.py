@@ -105,6 +105,18 @@ def _check_text(message: str) -> None:
 M = TypeVar("M", bound=BaseModel)
 
 
+REPLAY_BEFORE_QUEUED_MS = 5000
+"""How far before its ``queued`` event a handle reads the stream for its turn's events."""
+
+
+def _before(stream_id: str | None) -> str:
+    """A stream id ``REPLAY_BEFORE_QUEUED_MS`` before ``stream_id`` ("0" without one)."""
+    if not stream_id:
+        return "0"
+    ms = int(stream_id.partition("-")[0])
+    return f"{max(ms - REPLAY_BEFORE_QUEUED_MS, 0)}-0"
+
+
 class TurnHandle:
     """A submitted turn: its id, its events and its outcome."""
 
@@ -122,8 +134,10 @@ class TurnHandle:
         called.
         """
         yield self.queued
-        async for event in self.producer.subscribe(self.session_id, after=self.queued.id):
-            if event.turn_id != self.turn_id:
+        # From a little before `queued`: a worker may take the turn between its push and
+        # the producer's `queued` (one round trip), and publish its `started` first.
+        async for event in self.producer.subscribe(self.session_id, after=_before(self.queued.id)):
+            if event.turn_id != self.turn_id or event.id == self.queued.id:
                 continue
             yield event
             if isinstance(event, FinalEvent):
@@ -329,12 +343,9 @@ class Producer:
                 f"session {session_id!r} is busy and the strategy is 'reject'",
                 turn_id=turn.turn_id,
             )
-        if outcome.stopped_running is not None:
-            mode = CancelMode(strategy.value)  # interrupt or rollback
-            await notify_cancel(self.redis, self.keys, outcome.stopped_running, mode)
-        for dropped in outcome.dropped_pending:
-            why = f"superseded by {turn.turn_id}"
-            await self._ended(await endings.cancelled(self.publisher, session_id, dropped, why))
+        # The turn is claimable from the push on: its `queued` goes to the stream first,
+        # before the cancel notice and the dropped turns' endings (each an audit write),
+        # so a worker that takes it at once still publishes its `started` after it.
         queued = await self.publisher.publish(
             QueuedEvent(
                 session_id=session_id,
@@ -346,6 +357,12 @@ class Producer:
                 overrides=overrides,
             )
         )
+        if outcome.stopped_running is not None:
+            mode = CancelMode(strategy.value)  # interrupt or rollback
+            await notify_cancel(self.redis, self.keys, outcome.stopped_running, mode)
+        for dropped in outcome.dropped_pending:
+            why = f"superseded by {turn.turn_id}"
+            await self._ended(await endings.cancelled(self.publisher, session_id, dropped, why))
         if outcome.needs_dispatch:
             await self.dispatcher.drain(session_id, agent)
         return TurnHandle(self, turn, queued)
