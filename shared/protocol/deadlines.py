@@ -18,6 +18,8 @@ the reads.
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis
 
 from reactq.shared.keys import Keys
@@ -43,15 +45,7 @@ class Deadlines:
     async def reap(self, limit: int = 100, retry_seconds: float = 30.0) -> list[str]:
         """Sessions whose deadline passed, each pushed ``retry_seconds`` on, so that
         one reaper re-dispatches it and another tries again if that one fails."""
-        due: list[str] = []
-        for deadlines in self.keys.deadline_sets():
-            if len(due) >= limit:
-                break
-            found = await self._reap(
-                keys=[deadlines], args=[limit - len(due), int(retry_seconds * 1000)]
-            )
-            due += [text(s) for s in found]
-        return due
+        return await self._every_set(self._reap, limit, int(retry_seconds * 1000))
 
     async def watch(self, session_id: str, delay_seconds: float = 0.0) -> None:
         """Put the session under the reaper's eye: due after ``delay_seconds`` unless a
@@ -63,14 +57,17 @@ class Deadlines:
 
     async def expired(self, now_ms: int | None = None, limit: int = 100) -> list[str]:
         """Sessions whose deadline has passed (server time unless ``now_ms``), unchanged."""
+        return await self._every_set(self._expired, limit, "" if now_ms is None else int(now_ms))
+
+    async def _every_set(self, script: Any, limit: int, arg: int | str) -> list[str]:
+        """``script`` (ARGV: limit, ``arg``) over each deadline set (one, or one per
+        cluster shard) until ``limit`` sessions are found."""
         found: list[str] = []
         for deadlines in self.keys.deadline_sets():
             if len(found) >= limit:
                 break
-            lapsed = await self._expired(
-                keys=[deadlines], args=[limit - len(found), "" if now_ms is None else int(now_ms)]
-            )
-            found += [text(session_id) for session_id in lapsed]
+            reply = await script(keys=[deadlines], args=[limit - len(found), arg])
+            found += [text(session_id) for session_id in reply]
         return found
 
     async def forget(self, session_id: str) -> bool:
