@@ -34,7 +34,7 @@ from reactq.shared.state.text import MARK, dec, dump_extra, dump_parts, enc, loa
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0013"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
