@@ -14,11 +14,13 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 from redis.asyncio import Redis
 
-from reactq.producer import sessions
+from reactq.producer import schedules, sessions
+from reactq.producer.documents import LongTermStore
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
 from reactq.shared.bus import RedisEventBus
+from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart, ImagePart
 from reactq.shared.errors import (
     AgentMismatchError,
@@ -31,17 +33,20 @@ from reactq.shared.errors import (
     UnknownAgentError,
 )
 from reactq.shared.events import ApprovalDecidedEvent, Event, FinalEvent, QueuedEvent
+from reactq.shared.file_undo import UndoError, UndoReport, discard_turn_files, revert_turn
 from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage
 from reactq.shared.netcheck import AllowList
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
+from reactq.shared.protocol.children import Children
 from reactq.shared.protocol.control import CancelMode, notify_cancel
 from reactq.shared.protocol.dispatch import Dispatcher
 from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.redis_client import connect
+from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
 from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides
@@ -55,6 +60,16 @@ from reactq.shared.turns import (
 from reactq.shared.webhooks import Webhooks, check_url
 
 log = logging.getLogger("reactq.producer")
+
+# A turn in these states may still change files: undo waits for its end.
+_UNFINISHED = frozenset(
+    {
+        TurnStatus.QUEUED,
+        TurnStatus.RUNNING,
+        TurnStatus.AWAITING_APPROVAL,
+        TurnStatus.AWAITING_CHILDREN,
+    }
+)
 
 __all__ = [
     "CancelResult",
@@ -224,7 +239,19 @@ class Producer:
         self.registry = WorkerRegistry(self.redis, self.keys)
         self.dispatcher = Dispatcher(self.settings)
         self.webhooks = Webhooks(self.redis, self.keys, self.settings)
+        self.children = Children(
+            self.redis,
+            self.keys,
+            self.queue,
+            self.publisher,
+            self._dispatch_if_work,
+            meta_ttl_seconds=self.settings.session_meta_ttl_seconds,
+            dispatch_grace_seconds=self.settings.lease_ttl_seconds,
+        )
         self._store: StateStore | None = None
+        self.store = LongTermStore(self.state_store)
+        """The long-term store (``put``, ``get``, ``delete``, ``search`` of namespaced JSON
+        documents); ``await producer.state_store()`` is the state store itself."""
         self._store_lock = asyncio.Lock()
         self._audit: AuditSink | None = None
 
@@ -378,11 +405,17 @@ class Producer:
         if session_id is None:
             return CancelResult(turn_id, CancelOutcome.UNKNOWN)
         parked = any(p.turn_id == turn_id for p in await self.approvals.waiting(session_id))
+        for_children = not parked and await self.children.waiting(session_id, turn_id)
         result = await self.queue.cancel(session_id, turn_id)
-        if result.outcome is CancelOutcome.CANCELLED and parked:
-            # It waited for decisions: the cancel dropped its steps; the turns behind
-            # it go on.
-            why = "cancelled while it waited for approval"
+        if result.outcome is CancelOutcome.CANCELLED and (parked or for_children):
+            # It waited for decisions (or its child turns, which its ending cancels): the
+            # cancel dropped its steps; the turns behind it go on.
+            what = "its child turns" if for_children else "approval"
+            why = f"cancelled while it waited for {what}"
+            # Nothing of it is kept: its file changes too (no worker holds it to do this).
+            await discard_turn_files(
+                await self.state_store(), self.settings.workspace_root, turn_id
+            )
             await self._ended(await endings.cancelled(self.publisher, session_id, turn_id, why))
             await self._dispatch_if_work(session_id)
         elif result.outcome is CancelOutcome.CANCELLED:
@@ -403,7 +436,9 @@ class Producer:
         await check_url(url, AllowList(self.settings.webhook_allow_hosts))
 
     async def _ended(self, final: FinalEvent) -> None:
-        """A turn ended here (it never ran): enqueue its webhook, if it has one."""
+        """A turn ended here (it never ran, or waited parked): settle its delegations,
+        enqueue its webhook, if it has one."""
+        await self.children.ended(final)
         try:
             await self.webhooks.ended(final, self.dispatcher.webhook)
         except Exception:
@@ -450,6 +485,23 @@ class Producer:
             validate_session_id(session_id)
         return await self.approvals.pending(session_id)
 
+    async def agents(self) -> list[AgentInfo]:
+        """The agents workers announced, by name (``live``: a worker hosting it beat
+        within ``REACTQ_HEARTBEAT_SECONDS``)."""
+        return await self.registry.agents(live_within=self.settings.heartbeat_seconds)
+
+    async def agent_tools(self, agent: str) -> AgentTools:
+        """The tools ``agent``'s model sees, with their category, source and JSON schema,
+        as its workers published them. UnknownAgentError when none did."""
+        catalogue = await self.registry.catalogue(agent)
+        if catalogue is None:
+            raise UnknownAgentError(
+                f"no worker hosts an agent named {agent!r} (or none published its tools); "
+                f"start one: reactq worker --agents module:attr",
+                agent=agent,
+            )
+        return catalogue
+
     async def _decide(
         self, turn_id: str, decisions: dict[str, tuple[bool, str | None]], by: str | None
     ) -> DecideOutcome:
@@ -484,8 +536,9 @@ class Producer:
         validate_session_id(session_id)
         return self.bus.subscribe(session_id, after=after)
 
-    async def store(self) -> StateStore:
-        """The shared state store (opened on first use)."""
+    async def state_store(self) -> StateStore:
+        """The shared state store (opened on first use): conversations, turns, sessions.
+        ``producer.store`` is the long-term store of documents, not this."""
         async with self._store_lock:
             if self._store is None:
                 self._store = await open_store(
@@ -497,7 +550,7 @@ class Producer:
         """Every message of the session's conversation (its active branch, or
         ``branch``), oldest first; each carries its 1-based ``sequence``."""
         validate_session_id(session_id)
-        return await (await self.store()).get_messages(session_id, branch)
+        return await (await self.state_store()).get_messages(session_id, branch)
 
     async def fork(
         self,
@@ -512,7 +565,7 @@ class Producer:
         one by default); it becomes the active branch, so the next turn submitted runs
         on it ("edit a turn" is fork, then submit). Returns the new branch's id."""
         validate_session_id(session_id)
-        return await (await self.store()).fork(
+        return await (await self.state_store()).fork(
             session_id,
             from_sequence,
             branch_id=branch,
@@ -523,12 +576,12 @@ class Producer:
     async def branches(self, session_id: str) -> list[BranchInfo]:
         """The session's branches, oldest first (which one is active, their lengths)."""
         validate_session_id(session_id)
-        return await (await self.store()).list_branches(session_id)
+        return await (await self.state_store()).list_branches(session_id)
 
     async def switch_branch(self, session_id: str, branch_id: str) -> None:
         """Make ``branch_id`` the session's active branch (for the turns that start next)."""
         validate_session_id(session_id)
-        await (await self.store()).switch_branch(session_id, branch_id)
+        await (await self.state_store()).switch_branch(session_id, branch_id)
 
     async def truncate(
         self, session_id: str, after_sequence: int, *, branch: str | None = None
@@ -537,7 +590,7 @@ class Producer:
         by default). Inherited messages stay, and a branch forked inside the cut keeps its
         history; a no-op on an unknown session or branch (see ``StateStore.truncate_after``)."""
         validate_session_id(session_id)
-        await (await self.store()).truncate_after(session_id, after_sequence, branch)
+        await (await self.state_store()).truncate_after(session_id, after_sequence, branch)
 
     async def list_sessions(
         self,
@@ -551,7 +604,7 @@ class Producer:
         """Stored sessions, newest first, a page at a time: those of ``agent``, whose
         metadata holds every key of ``metadata`` with that value, written since
         ``updated_since`` (Unix time). Pass a page's ``next_cursor`` as ``cursor``."""
-        return await (await self.store()).list_sessions(
+        return await (await self.state_store()).list_sessions(
             agent=agent,
             metadata=metadata,
             updated_since=updated_since,
@@ -570,14 +623,14 @@ class Producer:
         """Merge ``patch`` into the session's metadata (a key set to None is removed);
         returns the result. SessionNotFoundError for a session the store lacks."""
         validate_session_id(session_id)
-        return await (await self.store()).update_metadata(session_id, patch)
+        return await (await self.state_store()).update_metadata(session_id, patch)
 
     async def usage(self, session_id: str) -> SessionUsage:
         """The session's token and cost totals over its committed turns, as the state
         store keeps them (what ``session_max_tokens`` / ``session_max_cost`` check);
         zeros for a session the store does not have."""
         validate_session_id(session_id)
-        return await (await self.store()).session_usage(session_id)
+        return await (await self.state_store()).session_usage(session_id)
 
     async def session_turns(self, session_id: str) -> list[TurnInfo]:
         """The session's turns, oldest first: status, attempt, final, usage and times."""
@@ -592,9 +645,55 @@ class Producer:
         exists. The audit log keeps its events."""
         return await sessions.delete_session(self, session_id, force=force, timeout=timeout)
 
+    async def add_schedule(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        agent: str,
+        cron: str | None = None,
+        every: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Schedule:
+        """Schedule a turn: ``message`` to ``agent`` in ``session_id`` at each tick of
+        ``cron`` (five fields, UTC: ``"0 9 * * 1-5"``) or every ``every`` seconds, fired
+        by ``reactq beat``. Each turn carries ``metadata`` plus ``schedule_id`` and
+        ``scheduled_for`` (the tick). Raises InvalidScheduleError (a cron expression that
+        is not valid or never fires, not exactly one of cron and every),
+        InvalidSessionIdError, an empty or oversized message's error, UnknownAgentError
+        and AgentMismatchError, as ``submit`` does; nothing is stored then."""
+        return await schedules.add_schedule(
+            self, session_id, message, agent=agent, cron=cron, every=every, metadata=metadata
+        )
+
+    async def list_schedules(self, session_id: str | None = None) -> list[Schedule]:
+        """Every schedule (of ``session_id`` only, when given), oldest first."""
+        if session_id is not None:
+            validate_session_id(session_id)
+        return await (await schedules.schedule_store(self)).find(session_id)
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """A schedule (its timing, when it last fired, its last turn or error), or None."""
+        return await (await schedules.schedule_store(self)).get(schedule_id)
+
+    async def pause_schedule(self, schedule_id: str) -> Schedule:
+        """Stop a schedule firing until ``resume_schedule`` (ScheduleNotFoundError)."""
+        return await schedules.set_paused(self, schedule_id, True)
+
+    async def resume_schedule(self, schedule_id: str) -> Schedule:
+        """Let a paused schedule fire again, from its next tick on (the ticks it missed
+        are not made up; ScheduleNotFoundError)."""
+        return await schedules.set_paused(self, schedule_id, False)
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Remove a schedule (ScheduleNotFoundError when there is none); the turns it
+        submitted stay."""
+        if not await (await schedules.schedule_store(self)).delete(schedule_id):
+            raise schedules.not_found(schedule_id)
+
     async def audit_log(self) -> AuditSink | None:
         """The audit log beside the state store (None when the store is not SQL)."""
-        store = await self.store()
+        store = await self.state_store()
         async with self._store_lock:
             if self._audit is None:
                 # Unbatched: a producer may exit right after a submit returns.
@@ -615,6 +714,28 @@ class Producer:
                 "sqlite+aiosqlite://... or postgresql+asyncpg://..."
             )
         return await sink.turn_events(turn_id)
+
+    async def undo(self, turn_id: str) -> UndoReport:
+        """Revert the file changes a finished turn made in its session's workspace,
+        newest first, all or nothing; the report says which files were put back.
+
+        Runs here, in this process: the workspace root (``REACTQ_WORKSPACE_ROOT``) must
+        be mounted where the producer runs, as it is on the workers. UndoConflictError
+        names a file changed since the turn changed it (nothing is reverted then),
+        AlreadyUndoneError a second undo, NothingToUndoError a turn that changed no
+        file; UndoError a turn that has not finished.
+        """
+        status = await self.turn_status(turn_id)
+        if status in _UNFINISHED:
+            raise UndoError(
+                f"turn {turn_id} has not finished ({status}): undo it once it has ended "
+                "(or cancel it: a cancelled turn's file changes are reverted)",
+                turn_id=turn_id,
+            )
+        report, _ = await revert_turn(
+            await self.state_store(), self.settings.workspace_root, turn_id
+        )
+        return report
 
     async def turn_status(self, turn_id: str) -> TurnStatus | None:
         """A turn's status: from Redis while it remembers the turn, then from the state

@@ -12,11 +12,17 @@ any of them can stream any session.
     GET  /v1/sessions/{session_id}/events    Server-Sent Events: replay, then live
     GET  /v1/sessions/{session_id}/messages  the conversation (?branch=)
     GET  /v1/turns/{turn_id}                 status, attempt, final, pending approvals
+    GET  /v1/turns/{turn_id}/events          its events: the stream's, else the audit log's
     POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it  202 404 409
+    POST /v1/turns/{turn_id}/undo            revert its file changes  200 404 409
     POST /v1/turns/{turn_id}/decisions       approve or deny waiting tool calls  200 404 409
     GET|PATCH|DELETE /v1/sessions[/{session_id}[/turns|/branches|/active_branch|/truncate]]
                                              sessions, their turns and branches
                                              (``gateway_sessions.py``)
+    GET|PUT|DELETE /v1/store/{namespace}[/{key}]
+                                             the long-term store (``gateway_store.py``)
+    GET|POST|DELETE /v1/schedules[/{schedule_id}[/pause|/resume]]
+                                             scheduled turns (``gateway_schedules.py``)
     GET  /healthz  /readyz  /openapi.json  /  (the watch page)
 
 Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set;
@@ -43,6 +49,7 @@ from starlette.background import BackgroundTask
 from starlette.middleware.cors import CORSMiddleware
 
 from reactq.producer.client import Producer
+from reactq.producer.gateway_agents import router as agents_router
 from reactq.producer.gateway_errors import (
     ERROR_RESPONSES,
     SUBMIT_REFUSALS,
@@ -63,10 +70,13 @@ from reactq.producer.gateway_models import (
     TurnAccepted,
     TurnCreate,
 )
+from reactq.producer.gateway_schedules import router as schedules_router
 from reactq.producer.gateway_scopes import KeyScope, enforce_scope, pool_wide, scope_of
 from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
 from reactq.producer.gateway_sessions import router as sessions_router
 from reactq.producer.gateway_sse import event_stream
+from reactq.producer.gateway_store import router as store_router
+from reactq.producer.gateway_turn_events import router as turn_events_router
 from reactq.producer.gateway_turns import readiness
 from reactq.producer.metrics import install_metrics
 from reactq.producer.turn_lookup import TurnInfo
@@ -78,6 +88,7 @@ from reactq.shared.errors import (
     DecisionConflictError,
     UnknownAgentError,
 )
+from reactq.shared.file_undo import NothingToUndoError, UndoError, UndoReport
 from reactq.shared.logs import configure_logging
 from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.redis_urls import node_url
@@ -319,7 +330,7 @@ async def session_messages(
     """The messages of one branch of the session, oldest first, each with its
     ``sequence`` in the branch and the ``turn_id`` that wrote it."""
     with state_store_errors():
-        store = await gateway.producer.store()
+        store = await gateway.producer.state_store()
         if await store.get_session(session_id) is None:
             raise GatewayError("no such session", status=404, error_code="session_not_found")
         if branch is not None and branch not in {
@@ -392,6 +403,37 @@ async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
 
 
 @router.post(
+    "/turns/{turn_id}/undo",
+    response_model=UndoReport,
+    summary="Undo a turn's file changes",
+    responses={
+        404: {
+            "model": ErrorBody,
+            "description": "The turn changed no file, or there is no such turn "
+            "(``nothing_to_undo``)",
+        },
+        409: {
+            "model": ErrorBody,
+            "description": "Nothing was reverted: a file changed since the turn changed it "
+            "(``undo_conflict``, the message names it), the turn was undone already "
+            "(``already_undone``) or has not finished (``undo_error``)",
+        },
+        503: ERROR_RESPONSES[503],
+    },
+)
+async def undo_turn(turn_id: TurnId, gateway: GatewayDep) -> UndoReport:
+    """Revert the file changes a finished turn made in its session's workspace, newest
+    first, all or nothing. The gateway must mount the workspace root
+    (``REACTQ_WORKSPACE_ROOT``), as the workers do."""
+    try:
+        with state_store_errors():
+            return await gateway.producer.undo(turn_id)
+    except UndoError as exc:
+        status = 404 if isinstance(exc, NothingToUndoError) else 409
+        raise GatewayError(exc.message, status=status, error_code=exc.code) from None
+
+
+@router.post(
     "/turns/{turn_id}/decisions",
     response_model=DecisionsAccepted,
     summary="Approve or deny a turn's waiting tool calls",
@@ -457,6 +499,25 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     app.include_router(router)
     app.include_router(
         sessions_router,
+        prefix="/v1",
+        dependencies=_GUARDS,
+        responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},
+    )
+    app.include_router(agents_router, prefix="/v1", dependencies=_GUARDS, responses=ERROR_RESPONSES)
+    app.include_router(
+        turn_events_router,
+        prefix="/v1",
+        dependencies=_GUARDS,
+        responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},
+    )
+    app.include_router(
+        store_router,
+        prefix="/v1",
+        dependencies=_GUARDS,
+        responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},
+    )
+    app.include_router(
+        schedules_router,
         prefix="/v1",
         dependencies=_GUARDS,
         responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},

@@ -11,8 +11,9 @@ can occur in a session id or an agent name, and neither is the list's ``,``. Any
 other scope, an empty one, or one given twice is a ConfigError naming the entry
 by its position and name (never its key).
 
-A scoped key answers 404 for any session outside its prefix, and any turn of one,
-decided from the id alone, so the answer says nothing about what exists; a
+A scoped key answers 404 for any session outside its prefix, any turn of one, and any
+long-term store namespace whose dotted name does not start with the prefix, decided
+from the id alone, so the answer says nothing about what exists; a
 read-only key gets 403 ``read_only`` on every write, before anything is looked up.
 """
 
@@ -53,6 +54,11 @@ class KeyScope:
     def sees_session(self, session_id: str) -> bool:
         """True when the session is the key's tenant's."""
         return self.prefix is None or session_id.startswith(self.prefix)
+
+    def sees_namespace(self, namespace: str) -> bool:
+        """True when the long-term store's namespace (dotted) is the key's tenant's: its
+        dotted name starts with the prefix, as a session id does."""
+        return self.prefix is None or namespace.startswith(self.prefix)
 
     def may_run(self, agent: str) -> bool:
         """True when the key may submit turns to ``agent``."""
@@ -126,6 +132,11 @@ async def enforce_scope(request: Request) -> None:
     session_id = request.path_params.get("session_id")
     if session_id is not None and not scope.sees_session(session_id):
         raise _not_found(session_id)
+    namespace = request.path_params.get("namespace")
+    if namespace is not None and not scope.sees_namespace(namespace):
+        raise GatewayError(
+            f"no namespace {namespace!r}", status=404, error_code="document_not_found"
+        )
     turn_id = request.path_params.get("turn_id")
     if turn_id is not None:
         info = await request.app.state.gateway.producer.turn_info(turn_id)

@@ -320,7 +320,7 @@ async def session_turns(session_id: SessionId, producer: ProducerDep) -> list[Tu
     """Its turns, oldest first, with status, attempt, final, usage and times."""
     with _answers():
         turns = await producer.session_turns(session_id)
-        if not turns and await (await producer.store()).get_session(session_id) is None:
+        if not turns and await (await producer.state_store()).get_session(session_id) is None:
             raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
     return turns
 

@@ -30,7 +30,7 @@ async def readiness(gateway: Gateway) -> JSONResponse:
     producer = gateway.producer
 
     async def store_ok() -> None:
-        await (await producer.store()).get_session("readyz-probe")
+        await (await producer.state_store()).get_session("readyz-probe")
 
     checks = {
         "redis": producer.redis.ping(),

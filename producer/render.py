@@ -52,6 +52,17 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
             line = f"result     {event.tool} -> {_short(event.output)}"
         case "tool_failed":
             line = f"tool error {event.tool}: {_short(event.error)}"
+        case "file_change":
+            where = f"{event.from_path} -> {event.path}" if event.from_path else event.path
+            size = "" if event.kind == "deleted" else f" ({event.size:,} bytes)"
+            line = f"file       {event.kind} {where}{size}"
+        case "todos":
+            marks = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]"}
+            items = [
+                f"{marks.get(str(item.get('status')), '[?]')} {item.get('text')}"
+                for item in event.items
+            ]
+            line = f"todos      {'; '.join(items) or '(empty)'}"
         case "error":
             line = f"error      {event.code}: {_short(event.message)}"
         case "approval_requested":
@@ -68,6 +79,11 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
                 f"context    {event.context_percent}% of {event.context_window:,} tokens "
                 f"({event.context_tokens or 0:,} in the request)"
             )
+        case "subagent":
+            # A child turn's progress, indented by its depth: the tree reads top down.
+            status = f" [{event.status}]" if event.status else ""
+            text = f" {_short(event.text)}" if event.text else ""
+            line = f"{'  ' * event.depth}└ {event.agent} {event.event}{status}{text}"
         case "final":
             # Endings the protocol writes start with their status ("cancelled: ..."),
             # which the [status] label already says.

@@ -26,6 +26,7 @@ from reactq.shared.audit import in_stream_order
 from reactq.shared.errors import SessionBusyError, SessionNotFoundError
 from reactq.shared.events import Event
 from reactq.shared.redis_client import lua_source, text
+from reactq.shared.state.schedules import schedules_for
 from reactq.shared.turns import TurnStatus, validate_session_id
 from reactq.shared.workspace_names import workspace_dir_name
 
@@ -86,12 +87,14 @@ class SessionDeleted(BaseModel):
     in the audit log."""
     workspace_deleted: bool = False
     """Its file tools' workspace was removed."""
+    schedules_deleted: list[str] = Field(default_factory=list)
+    """Its scheduled turns, removed so that none recreates it."""
 
 
 async def session_turns(producer: Producer, session_id: str) -> list[TurnInfo]:
     """The session's turns, oldest first, each with status, attempt, usage and times."""
     validate_session_id(session_id)
-    store = await producer.store()
+    store = await producer.state_store()
     records = {r.turn_id: r for r in await store.list_turns(session_id)}
     statuses = {
         text(k): TurnStatus(text(v))
@@ -137,7 +140,7 @@ async def session_turns(producer: Producer, session_id: str) -> list[TurnInfo]:
 async def session_detail(producer: Producer, session_id: str) -> SessionDetail | None:
     """The session's summary, or None when the state store does not have it."""
     validate_session_id(session_id)
-    store = await producer.store()
+    store = await producer.state_store()
     record = await store.get_session(session_id)
     if record is None:
         return None
@@ -168,7 +171,8 @@ async def delete_session(
     producer: Producer, session_id: str, *, force: bool = False, timeout: float | None = None
 ) -> SessionDeleted:
     """Delete a session: its state, its Redis keys (queue, statuses, events), its
-    queued turns (cancelled first, so each ends with a final) and its workspace.
+    queued turns (cancelled first, so each ends with a final), its scheduled turns and
+    its workspace.
 
     A turn running or waiting for a decision refuses it (SessionBusyError) unless
     ``force``: the turn is then cancelled through ``Producer.cancel`` and the delete
@@ -178,7 +182,7 @@ async def delete_session(
     """
     validate_session_id(session_id)
     settings = producer.settings
-    store = await producer.store()
+    store = await producer.state_store()
     workspace = Path(settings.workspace_root) / workspace_dir_name(session_id)
     keys = producer.keys
     if (
@@ -241,6 +245,12 @@ async def delete_session(
     for turn_id in (text(t) for t in reply[2:]):
         # One at a time: on a cluster each index key has its own slot.
         redis_keys += await producer.redis.delete(keys.turn_index(turn_id))
+    scheduled = schedules_for(store)
+    unscheduled = [
+        s.schedule_id
+        for s in await scheduled.find(session_id)
+        if await scheduled.delete(s.schedule_id)
+    ]
     state_deleted = await store.delete_session(session_id)
     removed = await asyncio.to_thread(_remove_tree, workspace)
     return SessionDeleted(
@@ -249,6 +259,7 @@ async def delete_session(
         redis_keys=redis_keys,
         cancelled=cancelled,
         workspace_deleted=removed,
+        schedules_deleted=unscheduled,
     )
 
 

@@ -33,9 +33,13 @@ from reactq.producer.client import (
     TurnInfo,
     typed_output,
 )
+from reactq.producer.documents import SyncLongTermStore
+from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart
 from reactq.shared.events import Event, FinalEvent
+from reactq.shared.file_undo import UndoReport
 from reactq.shared.messages import ChatMessage
+from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
@@ -135,6 +139,8 @@ class SyncProducer:
 
         self.producer = self._loop.run(make())
         """The async Producer it drives."""
+        self.store = SyncLongTermStore(self.producer.store, self._loop.run)
+        """The long-term store, blocking (``put``, ``get``, ``delete``, ``search``)."""
 
     @classmethod
     def from_env(cls, **overrides: Any) -> SyncProducer:
@@ -221,6 +227,14 @@ class SyncProducer:
         """The tool calls waiting for a decision (see ``Producer.pending_approvals``)."""
         return self._loop.run(self.producer.pending_approvals(session_id))
 
+    def agents(self) -> list[AgentInfo]:
+        """The agents workers announced (see ``Producer.agents``)."""
+        return self._loop.run(self.producer.agents())
+
+    def agent_tools(self, agent: str) -> AgentTools:
+        """The agent's tool catalogue (see ``Producer.agent_tools``)."""
+        return self._loop.run(self.producer.agent_tools(agent))
+
     def history(self, session_id: str, branch: str | None = None) -> list[ChatMessage]:
         """Every message of the session's conversation (its active branch, or
         ``branch``), oldest first."""
@@ -297,6 +311,49 @@ class SyncProducer:
         return self._loop.run(
             self.producer.delete_session(session_id, force=force, timeout=timeout)
         )
+
+    def add_schedule(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        agent: str,
+        cron: str | None = None,
+        every: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Schedule:
+        """Schedule a turn at each tick of ``cron`` or ``every`` seconds (see
+        ``Producer.add_schedule``)."""
+        return self._loop.run(
+            self.producer.add_schedule(
+                session_id, message, agent=agent, cron=cron, every=every, metadata=metadata
+            )
+        )
+
+    def list_schedules(self, session_id: str | None = None) -> list[Schedule]:
+        """Every schedule (of ``session_id``), oldest first."""
+        return self._loop.run(self.producer.list_schedules(session_id))
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        """A schedule, or None (see ``Producer.get_schedule``)."""
+        return self._loop.run(self.producer.get_schedule(schedule_id))
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        """Stop a schedule firing (see ``Producer.pause_schedule``)."""
+        return self._loop.run(self.producer.pause_schedule(schedule_id))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """Let a paused schedule fire again (see ``Producer.resume_schedule``)."""
+        return self._loop.run(self.producer.resume_schedule(schedule_id))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """Remove a schedule (see ``Producer.delete_schedule``)."""
+        self._loop.run(self.producer.delete_schedule(schedule_id))
+
+    def undo(self, turn_id: str) -> UndoReport:
+        """Revert a finished turn's file changes (see ``Producer.undo``; the workspace
+        root must be mounted here)."""
+        return self._loop.run(self.producer.undo(turn_id))
 
     def turn_status(self, turn_id: str) -> TurnStatus | None:
         """A turn's status, from Redis or else the state store (see

@@ -190,7 +190,7 @@ async def _from_redis(producer: Producer, turn_id: str) -> TurnInfo | None:
 async def _from_store(producer: Producer, turn_id: str) -> TurnInfo | None:
     """The turn from its committed record and the audit log's events (a turn that
     never ran, cancelled or rejected, has no record: its events tell)."""
-    record = await (await producer.store()).get_turn(turn_id)
+    record = await (await producer.state_store()).get_turn(turn_id)
     audit = await producer.audit_log()
     events = [] if audit is None else await audit.turn_events(turn_id)
     if record is None:

@@ -26,7 +26,9 @@ from reactq.producer.client import (
     TurnHandle,
     TurnInfo,
 )
+from reactq.producer.documents import Document, DocumentPage
 from reactq.producer.sync import SyncProducer, SyncTurnHandle
+from reactq.shared.catalogue import AgentInfo, AgentTools, ToolCategory, ToolInfo
 from reactq.shared.content import ContentPart, ImagePart, TextPart
 from reactq.shared.errors import (
     AgentMismatchError,
@@ -46,11 +48,14 @@ from reactq.shared.errors import (
     ImageTooLargeError,
     InvalidContextError,
     InvalidCursorError,
+    InvalidDocumentError,
     InvalidImageError,
     InvalidMessageError,
     InvalidMetadataError,
+    InvalidNamespaceError,
     InvalidOutputError,
     InvalidOverrideError,
+    InvalidScheduleError,
     InvalidSessionIdError,
     InvalidStreamIdError,
     InvalidTurnError,
@@ -71,6 +76,7 @@ from reactq.shared.errors import (
     OverrideNotAllowedError,
     ParserError,
     ReactqError,
+    ScheduleNotFoundError,
     SchemaVersionError,
     ServiceUnavailableError,
     SessionBudgetExceededError,
@@ -95,6 +101,7 @@ from reactq.shared.events import (
     DeltaEvent,
     ErrorEvent,
     Event,
+    FileChangeEvent,
     FinalEvent,
     GuardrailEvent,
     ModelFallbackEvent,
@@ -103,12 +110,22 @@ from reactq.shared.events import (
     RateLimitedEvent,
     ReasoningEvent,
     StartedEvent,
+    SubagentEvent,
     ThoughtEvent,
+    TodosEvent,
     ToolFailedEvent,
     UsageEvent,
     parse_event,
 )
+from reactq.shared.file_undo import (
+    AlreadyUndoneError,
+    NothingToUndoError,
+    UndoConflictError,
+    UndoError,
+    UndoReport,
+)
 from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 from reactq.worker.agent import (
@@ -144,6 +161,7 @@ from reactq.worker.agent import (
     tool,
 )
 from reactq.worker.agent.config import ApprovalPolicy
+from reactq.worker.agent.delegation import Subagent
 from reactq.worker.agent.guardrails import Guardrail, GuardrailBlockedError, GuardrailResult
 from reactq.worker.definitions import Agent, AgentConfigError, load_agents
 
@@ -167,12 +185,18 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ApprovalPolicy",
     "Guardrail",
     "GuardrailResult",
+    "Subagent",
     "load_agents",
     # tools
     "Registry",
     "Tool",
+    "ToolCategory",
     "ToolContext",
     "tool",
+    # the tool catalogue
+    "AgentInfo",
+    "AgentTools",
+    "ToolInfo",
     # interventions, the approval gate, hooks
     "BeforeToolFallback",
     "DenyToolCall",
@@ -203,10 +227,14 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "RunResult",
     # producing turns, reading events
     "CancelResult",
+    "UndoReport",
     "DecideOutcome",
+    "Document",
+    "DocumentPage",
     "MultitaskStrategy",
     "PendingApproval",
     "Producer",
+    "Schedule",
     "SessionDeleted",
     "SessionDetail",
     "SessionUsage",
@@ -231,6 +259,8 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ActionEvent",
     "ObservationEvent",
     "ToolFailedEvent",
+    "FileChangeEvent",
+    "TodosEvent",
     "UsageEvent",
     "ModelFallbackEvent",
     "RateLimitedEvent",
@@ -239,6 +269,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ErrorEvent",
     "ApprovalRequestedEvent",
     "ApprovalDecidedEvent",
+    "SubagentEvent",
     "FinalEvent",
     "parse_event",
     "ChatMessage",
@@ -268,12 +299,16 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "UnknownAgentError",
     "AgentMismatchError",
     "WebhookRefusedError",
+    "InvalidScheduleError",
     "TurnRejectedError",
     "StaleLeaseError",
     "TurnCommittedError",
     "SessionNotFoundError",
+    "ScheduleNotFoundError",
     "SessionBusyError",
     "InvalidCursorError",
+    "InvalidDocumentError",
+    "InvalidNamespaceError",
     "ApprovalError",
     "ApprovalNotFoundError",
     "ApprovalClosedError",
@@ -303,6 +338,10 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "GuardrailBlockedError",
     "BudgetExceededError",
     "SessionBudgetExceededError",
+    "UndoError",
+    "UndoConflictError",
+    "AlreadyUndoneError",
+    "NothingToUndoError",
     "GatewayRequestError",
     # signals a tool raises for the model to read (they never reach a caller)
     "ToolError",

@@ -25,6 +25,8 @@ from typing import Any
 
 from reactq import __version__
 from reactq.demo import run_demo
+from reactq.producer.cli_agents import AGENTS_HANDLERS, add_agents_commands
+from reactq.producer.cli_schedules import SCHEDULE_HANDLERS, add_schedule_commands, beat
 from reactq.producer.cli_sessions import SESSIONS_HANDLERS, add_sessions_commands
 from reactq.producer.cli_state import (
     STATE_HANDLERS,
@@ -192,7 +194,7 @@ async def _session_exists(producer: Producer, session_id: str) -> bool:
         return True
     if database_missing(producer.settings):
         return False
-    return await (await producer.store()).get_session(session_id) is not None
+    return await (await producer.state_store()).get_session(session_id) is not None
 
 
 async def _cancel(args: argparse.Namespace) -> int:
@@ -220,6 +222,20 @@ async def _cancel(args: argparse.Namespace) -> int:
         else:
             print(f"reactq: error: {message} [turn_finished]", file=sys.stderr)
         return EXIT_ERROR
+    return 0
+
+
+async def _undo(args: argparse.Namespace) -> int:
+    """``reactq undo``: revert a finished turn's file changes (here: the workspace root
+    must be mounted where this runs)."""
+    async with Producer.from_env() as producer:
+        report = await producer.undo(args.turn_id)
+    if args.json:
+        print(report.model_dump_json())
+        return 0
+    print(f"undid turn {report.turn_id} (session {report.session_id}):")
+    for done in report.files:
+        print(f"  {done.now:8} {done.path}  (the turn had {done.did} it)")
     return 0
 
 
@@ -256,7 +272,7 @@ async def _history(args: argparse.Namespace) -> int:
     require_database(settings, args.session)
     async with Producer(settings) as producer:
         messages = await producer.history(args.session, branch=args.branch)
-        if not messages and await (await producer.store()).get_session(args.session) is None:
+        if not messages and await (await producer.state_store()).get_session(args.session) is None:
             raise session_not_found(settings, args.session)
     for m in messages:
         if args.json:
@@ -532,6 +548,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("turn_id", help="the turn's id (t_..., printed by send)")
     c.add_argument("--json", action="store_true", help="the outcome as a JSON object")
 
+    u = _command(
+        sub,
+        "undo",
+        "revert the file changes a finished turn made",
+        "Puts back every file the turn's file tools changed in its session's workspace, "
+        "the newest change first, all or nothing: a file changed again since the turn is "
+        "named and nothing is reverted [undo_conflict]; a second undo is [already_undone]. "
+        "Runs where the workspace root (REACTQ_WORKSPACE_ROOT) is mounted, like a worker.",
+    )
+    u.add_argument("turn_id", help="the turn's id (t_..., printed by send)")
+    u.add_argument("--json", action="store_true", help="the report as a JSON object")
+
     for verb, summary, option, meaning in (
         ("approve", "approve a tool call a turn waits for", "--note", "a note kept with it"),
         ("deny", "deny a tool call a turn waits for", "--reason", "why (the model reads it)"),
@@ -560,6 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true", help="one JSON message per line")
     add_state_commands(sub, _command)
     add_sessions_commands(sub, _command)
+    add_schedule_commands(sub, _command)
+    add_agents_commands(sub, _command)
 
     r = _command(
         sub,
@@ -610,6 +640,7 @@ SYNC_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "flower": _flower,
     "errors": _errors,
+    "beat": beat,
 }
 
 
@@ -625,10 +656,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "watch": _watch,
                 "history": _history,
                 "cancel": _cancel,
+                "undo": _undo,
                 "approve": _decide,
                 "deny": _decide,
                 **STATE_HANDLERS,
                 **SESSIONS_HANDLERS,
+                **SCHEDULE_HANDLERS,
+                **AGENTS_HANDLERS,
             }[args.command]
             code = asyncio.run(handler(args))
     except ReactqError as exc:

@@ -385,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             local.start("worker", replica)
         gateway = local.start("gateway")
         flower = local.start("flower")
+        local.start("beat")
         from reactq.worker.definitions import load_agents
 
         agent = next(iter(load_agents(gateway["REACTQ_AGENTS"].split(","))))

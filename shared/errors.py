@@ -26,7 +26,9 @@
     │   ├── InvalidOverrideError     invalid_override  (an allowed field, a value it cannot take)
     │   ├── UnknownAgentError        unknown_agent
     │   ├── AgentMismatchError       agent_mismatch
-    │   └── WebhookRefusedError      webhook_refused   (not http(s), or not a public address)
+    │   ├── WebhookRefusedError      webhook_refused   (not http(s), or not a public address)
+    │   └── InvalidScheduleError     invalid_schedule  (a cron expression or interval that
+    │                                                   cannot be parsed or never fires)
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
     ├── TurnCommittedError           turn_committed    (a second commit of a turn: refused, the
@@ -36,7 +38,11 @@
     ├── EvictedError                 evicted           (a stopping worker gave the turn back)
     ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
     ├── SessionBusyError             session_busy      (a delete refused: a turn runs; force it)
+    ├── ScheduleNotFoundError        schedule_not_found (no such scheduled turn)
     ├── InvalidCursorError           invalid_cursor    (also a ValueError: not a listing's cursor)
+    ├── InvalidDocumentError         invalid_document  (also a ValueError: a long-term store
+    │   │                                               document's key, value or search)
+    │   └── InvalidNamespaceError    invalid_namespace (not a tuple of well-formed segments)
     ├── ApprovalError                approval_error    (a decision on a waiting tool call refused)
     │   ├── ApprovalNotFoundError    approval_not_found (no such turn, or no such waiting call)
     │   ├── ApprovalClosedError      approval_closed   (the turn waits for nothing: finished,
@@ -84,11 +90,22 @@ Subclasses defined beside the code that raises them::
     GuardrailBlockedError guardrail_blocked  an AgentRunError: a guardrail refused the
                                              input or the answer (reactq.worker.agent.guardrails)
     WorkspaceError       workspace_error     a ToolError: a file tool refused a path or a change
-                                             (reactq.bundles.workspace)
+                                             (reactq.shared.workspace)
+    StaleFileError       stale_file          a WorkspaceError: a write to a file that changed
+                                             since the turn read it (reactq.bundles.journal)
     PatchError           patch_error         a WorkspaceError: apply_patch changed nothing
                                              (reactq.bundles.patch)
     DownloadError        download_error      a ToolError: download_file refused or failed
                                              (reactq.bundles.download)
+    DelegationRefusedError delegation_refused a ToolError: delegate refused the task
+                                             (reactq.worker.agent.delegation)
+    SubagentFailedError  subagent_failed     a ToolError: a child turn failed, was cancelled or
+                                             over its budget (reactq.worker.agent.delegation)
+    UndoError            undo_error          a turn's file changes could not be undone
+                                             (reactq.shared.file_undo)
+    UndoConflictError    undo_conflict       an UndoError: a file changed after the turn
+    AlreadyUndoneError   already_undone      an UndoError: undone once already
+    NothingToUndoError   nothing_to_undo     an UndoError: the turn changed no file
     GatewayRequestError  gateway_error       the gateway client: a refusal it could not
                                              map to a class here (reactq.producer.gateway_client)
     GatewayError         gateway_http_error  the gateway's own HTTP answers, server side
@@ -268,6 +285,13 @@ class WebhookRefusedError(InvalidTurnError):
     code = "webhook_refused"
 
 
+class InvalidScheduleError(InvalidTurnError):
+    """A scheduled turn's timing is refused: a cron expression that is not five valid
+    fields or never fires, or an interval that is not a whole number of seconds >= 1."""
+
+    code = "invalid_schedule"
+
+
 class TurnRejectedError(ReactqError):
     """The multitask strategy refused the turn (the session was busy)."""
 
@@ -293,6 +317,12 @@ class SessionNotFoundError(ReactqError):
     code = "session_not_found"
 
 
+class ScheduleNotFoundError(ReactqError):
+    """No scheduled turn has that id (``schedule_id`` names it)."""
+
+    code = "schedule_not_found"
+
+
 class SessionBusyError(ReactqError):
     """The session has a turn running (or waiting for a decision): deleting it is refused
     unless forced, which cancels the turn first."""
@@ -304,6 +334,19 @@ class InvalidCursorError(ReactqError, ValueError):
     """A listing's ``cursor`` that no listing handed out."""
 
     code = "invalid_cursor"
+
+
+class InvalidDocumentError(ReactqError, ValueError):
+    """A long-term store request refused: a malformed key, a value that is not a JSON
+    object (or is too large), a malformed search."""
+
+    code = "invalid_document"
+
+
+class InvalidNamespaceError(InvalidDocumentError):
+    """A long-term store namespace that is not 1-8 well-formed segments."""
+
+    code = "invalid_namespace"
 
 
 class BranchError(ReactqError, ValueError):

@@ -164,6 +164,31 @@ class ToolFailedEvent(BaseEvent):
     """Why: tool_error, tool_timeout, tool_denied, unknown_tool, ... (docs/errors.md)."""
 
 
+class FileChangeEvent(BaseEvent):
+    """A file tool changed a file of the session's workspace (or undo put one back)."""
+
+    type: Literal["file_change"] = "file_change"
+    path: str
+    """The file, relative to the workspace (a move's new path)."""
+    kind: Literal["created", "modified", "deleted", "moved"]
+    """What happened to it."""
+    size: int = 0
+    """Its size in bytes afterwards (0 when deleted)."""
+    from_path: str | None = None
+    """A move's old path."""
+    diff: str = ""
+    """A short unified diff of a text file (cut, and empty for a binary file)."""
+
+
+class TodosEvent(BaseEvent):
+    """The session's todo list changed (``reactq.bundles.todos``): the whole list after
+    the change."""
+
+    type: Literal["todos"] = "todos"
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    """Every item, in order: ``{"id", "text", "status"}`` (pending, in_progress, done)."""
+
+
 class UsageEvent(BaseEvent):
     """Token usage of one model call."""
 
@@ -259,6 +284,32 @@ class FinalEvent(BaseEvent):
     output: dict[str, Any] | None = None
     """The validated structured answer (a JSON object) of an agent with an ``output_type``;
     ``text`` then holds it as JSON. None otherwise, and for a turn that did not complete."""
+    subagents: list[dict[str, Any]] | None = None
+    """One entry per child turn the turn delegated to (``Agent(subagents=...)``): its
+    ``agent``, ``session_id``, ``turn_id``, ``status``, ``usage`` and ``cost``, which
+    ``usage`` and ``cost`` above include. None when it delegated nothing."""
+
+
+class SubagentEvent(BaseEvent):
+    """An event of a child turn, forwarded to its parent's session (``turn_id`` is the
+    parent's): a subscriber of the parent sees the whole tree live. The child's own
+    session keeps its full stream."""
+
+    type: Literal["subagent"] = "subagent"
+    child_session_id: str
+    """The child's session (subscribe to it for every event in full)."""
+    child_turn_id: str
+    """The child turn."""
+    agent: str
+    """The child's agent."""
+    event: str
+    """The child event's type (``started``, ``action``, ``final``, ...)."""
+    text: str | None = None
+    """What it says, cut to a few hundred characters (a tool's name, an answer, ...)."""
+    status: str | None = None
+    """The child's status, on its ``final``."""
+    depth: int = 1
+    """How deep the child is under the session's own turn (1: a direct child)."""
 
 
 class ApprovalRequestedEvent(BaseEvent):
@@ -297,12 +348,15 @@ Event = Annotated[
     | ActionEvent
     | ObservationEvent
     | ToolFailedEvent
+    | FileChangeEvent
+    | TodosEvent
     | UsageEvent
     | CompactedEvent
     | GuardrailEvent
     | ErrorEvent
     | ApprovalRequestedEvent
     | ApprovalDecidedEvent
+    | SubagentEvent
     | FinalEvent,
     Field(discriminator="type"),
 ]

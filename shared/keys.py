@@ -116,6 +116,15 @@ class Keys:
         (``shared/protocol/approvals.py``)."""
         return self._s(session_id, "approvals")
 
+    def children(self, session_id: str, turn_id: str) -> str:
+        """A hash: the child turns a turn of the session delegated to and their results
+        (``shared/protocol/children.py``)."""
+        return self._s(session_id, f"children:{turn_id}")
+
+    def delegation(self, turn_id: str) -> str:
+        """child turn_id -> its parent (JSON), so the child's end reaches the parent."""
+        return f"{self.namespace}:delegation:{turn_id}"
+
     def approvals_index(self, session_id: str) -> str:
         """The set of session ids with a turn waiting for decisions that holds
         ``session_id``'s (one per shard on a cluster)."""
@@ -128,6 +137,11 @@ class Keys:
     def turn_index(self, turn_id: str) -> str:
         """turn_id -> session_id, so a turn can be found by its id alone."""
         return f"{self.namespace}:turn:{turn_id}"
+
+    def schedule_tick(self, schedule_id: str, tick: int) -> str:
+        """Set (NX, with a TTL) by the beat process that fires a schedule's tick (Unix
+        seconds): of two beats, the one that set it submits the turn."""
+        return f"{self.namespace}:schedule-tick:{schedule_id}:{tick}"
 
     def lease_deadlines(self, session_id: str) -> str:
         """The sorted set session_id -> deadline (server ms) that holds
@@ -149,6 +163,12 @@ class Keys:
     def agents(self) -> str:
         """A hash agent name -> JSON of the workers hosting it (with a heartbeat time)."""
         return f"{self.namespace}:agents"
+
+    @property
+    def agent_tools(self) -> str:
+        """A hash agent name -> JSON of its tool catalogue (``shared.catalogue.AgentTools``),
+        as the worker that announced it last published it."""
+        return f"{self.namespace}:agent_tools"
 
     @property
     def workers(self) -> str:

@@ -150,6 +150,10 @@ class Settings(BaseModel):
     )
     """A live worker refreshes its entry in the worker registry within this interval (three
     times per interval); ``reactq send`` warns when no worker hosting the agent has."""
+    schedule_refresh_seconds: float = Field(
+        10.0, gt=0, json_schema_extra={"env": "REACTQ_SCHEDULE_REFRESH_SECONDS"}
+    )
+    """How often ``reactq beat`` reads the schedules again (added, paused, removed ones)."""
     max_attempts: int = Field(3, ge=1, json_schema_extra={"env": "REACTQ_MAX_ATTEMPTS"})
     """Runs of one turn before it ends with status error."""
     shutdown_grace_seconds: float = Field(
@@ -238,7 +242,8 @@ class Settings(BaseModel):
         },
     )
     """Directory of the file tools' workspaces (``reactq.bundles``), one per session, created on
-    first use; every worker must mount the same one."""
+    first use; every worker must mount the same one, and so must a producer, gateway or CLI
+    that undoes a turn (``reactq undo``)."""
     workspace_quota_bytes: int = Field(
         100 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_WORKSPACE_QUOTA_BYTES"}
     )
@@ -252,6 +257,14 @@ class Settings(BaseModel):
     )
     """Host names, addresses or networks (CIDR) ``download_file`` may reach though they are not
     public (comma-separated; none by default; cloud metadata addresses stay refused)."""
+    sandbox: Literal["bwrap", "none"] = Field("bwrap", json_schema_extra={"env": "REACTQ_SANDBOX"})
+    """How ``run_code`` / ``run_file`` (``reactq.bundles``) run code: ``bwrap`` in a bubblewrap
+    sandbox (the tools are left out, with a log line, where it cannot run); ``none`` with the
+    worker's own rights, which every call's result then says."""
+    image_max_bytes: int = Field(
+        20 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_IMAGE_MAX_BYTES"}
+    )
+    """Largest image file ``analyze_image`` sends to the vision model (checked before reading)."""
     webhook_secret: SecretStr | None = Field(
         None, json_schema_extra={"env": "REACTQ_WEBHOOK_SECRET"}
     )
@@ -280,6 +293,11 @@ class Settings(BaseModel):
     )
     """How long a tool call waits for a person's decision; then it counts as denied ("no
     decision in time") and the turn goes on."""
+    delegation_timeout_seconds: float = Field(
+        86400.0, gt=0, json_schema_extra={"env": "REACTQ_DELEGATION_TIMEOUT_SECONDS"}
+    )
+    """How long a turn parked for its child turns (``Agent(subagents=...)``) waits; then
+    the children still running are cancelled and the model reads them as failed."""
 
     # The environment ``from_env`` read (None: the process's), for ``secret_from_env``.
     _environ: Mapping[str, str] | None = PrivateAttr(default=None)

@@ -42,6 +42,8 @@ class TurnStatus(StrEnum):
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
     """Parked: tool calls wait for a person's decision; no worker holds the turn."""
+    AWAITING_CHILDREN = "awaiting_children"
+    """Parked: the turn waits for the child turns it delegated to; no worker holds it."""
     COMPLETED = "completed"
     MAX_ITERATIONS = "max_iterations"
     ERROR = "error"
@@ -57,7 +59,12 @@ class TurnStatus(StrEnum):
     @property
     def is_final(self) -> bool:
         """True once the turn can no longer change."""
-        return self not in (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.AWAITING_APPROVAL)
+        return self not in (
+            TurnStatus.QUEUED,
+            TurnStatus.RUNNING,
+            TurnStatus.AWAITING_APPROVAL,
+            TurnStatus.AWAITING_CHILDREN,
+        )
 
 
 class MultitaskStrategy(StrEnum):

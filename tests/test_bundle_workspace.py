@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from reactq.bundles import workspace as workspace_module
 from reactq.bundles.workspace import (
     FileChange,
     Workspace,
@@ -19,6 +18,7 @@ from reactq.bundles.workspace import (
     session_dir_name,
     split_path,
 )
+from reactq.shared import workspace as workspace_module
 
 
 @pytest.fixture

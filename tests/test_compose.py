@@ -218,7 +218,7 @@ def test_compose_local_keeps_its_services_and_stop_removes_what_it_created(
         assert code == 0, "\n".join(p.read_text()[-2000:] for p in logs.glob("*.log"))
         record = json.loads((logs / "compose-local.json").read_text())
         pids = list(record["pids"].values())
-        assert len(pids) == 3, record  # the worker, the gateway and Flower (migrate is done)
+        assert len(pids) == 4, record  # worker, gateway, Flower, beat (migrate is done)
         for pid in pids:
             os.kill(pid, 0)  # still running after the script returned
         assert _pg_names(admin, name) == (True, True)

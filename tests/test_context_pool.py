@@ -1,8 +1,8 @@
 """Long sessions that never overflow, through real workers against a scripted model
-with a 3,000-token window: compaction into stored summaries, forks on either side of
+with a 3,000-token window: a 300-turn session (its turns submitted back to back, the
+model answering at once), compaction into stored summaries, forks on either side of
 a summary, the context gauge, a message too large for the window, and two workers
-sharing a session's turns. (60 turns, not the issue's 300: the request size is flat
-after the first compaction, so more turns only take longer.)"""
+sharing a session's turns."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,13 +18,15 @@ from reactq.producer import Producer
 from reactq.producer.render import render
 from reactq.shared.events import CompactedEvent, ErrorEvent, Event, UsageEvent
 from reactq.shared.settings import Settings
+from reactq.worker.agent.context_policy import DEFAULT_SUMMARY_PROMPT
+from reactq.worker.agent.llm.replies import prompt_tokens
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.context_agents import WINDOW, model
 from tests.helpers import WorkerPool, wait_until
 
 pytestmark = pytest.mark.e2e
 
-TURNS = 60
+TURNS = 300
 FACT = "FACT: the door code is 4417"
 
 
@@ -94,63 +97,77 @@ async def test_a_long_session_stays_inside_the_window_and_keeps_turn_ones_fact(
     producer: Producer, server: ScriptedServer
 ) -> None:
     s = sid()
-    start = len(server.prompt_sizes)
-    assert (await say(producer, s, FACT))[1] == "completed"
+    start = len(server.requests)
+    sent = [FACT, *(filler(i) for i in range(2, TURNS)), "recall what you know"]
+    # Back to back: the session's turns queue and one worker runs them in order.
+    handles = [await producer.submit(s, text, agent="ctx-long") for text in sent]
+    final = await handles[-1].result(timeout=240)
+    assert final.status == "completed"
+    assert FACT in final.text  # turn 1's fact reached the model through the summaries
     compactions = 0
-    for i in range(2, TURNS):
-        turn_id, status, _ = await say(producer, s, filler(i))
-        assert status == "completed", (i, status)
-        events = await events_of(producer, turn_id)
+    for turn, handle in enumerate(handles, 1):
+        events = await events_of(producer, handle.turn_id)
+        (ended,) = [e for e in events if e.type == "final"]
+        assert ended.status == "completed", (turn, ended)
         compactions += sum(isinstance(e, CompactedEvent) for e in events)
         usage = [e for e in events if isinstance(e, UsageEvent)]
         assert usage and all(e.context_window == WINDOW for e in usage)
         assert all(e.context_tokens and e.context_percent is not None for e in usage)
-        # The live view (`reactq watch`) shows the gauge as a line of its own.
-        gauge = render(usage[-1])
-        assert gauge is not None and f"% of {WINDOW:,} tokens" in gauge, gauge
-    turn_id, status, text = await say(producer, s, "recall what you know")
-    assert status == "completed"
-    assert FACT in text  # turn 1's fact reached the model through the summaries
-    sizes = server.prompt_sizes[start:]
+    # The live view (`reactq watch`) shows the gauge as a line of its own.
+    gauge = render(usage[-1])
+    assert gauge is not None and f"% of {WINDOW:,} tokens" in gauge, gauge
+    requests = server.requests[start:]
+    assert len(requests) == TURNS + compactions  # one call a turn, one a summary
+    summary_calls = [
+        i for i, r in enumerate(requests) if r["messages"][0]["content"] == DEFAULT_SUMMARY_PROMPT
+    ]
+    assert len(summary_calls) == compactions >= 10
+    sizes = [prompt_tokens(r) for r in requests]
     assert max(sizes) <= WINDOW  # never refused, never over
-    # After the first compaction every request stays under a fixed size.
-    assert compactions >= 3
-    assert max(sizes[30:]) <= 0.85 * WINDOW
+    # After the first compaction every turn's request stays under a fixed size.
+    turns_after = [sizes[i] for i in range(summary_calls[0] + 1, len(requests))]
+    assert max(turns_after) <= 0.85 * WINDOW
     history = await producer.history(s)
     summaries = [m for m in history if m.summary_of is not None]
     assert len(summaries) == compactions
     # The full history stays readable: every turn's message and answer, in order.
     users = [m.content for m in history if m.role == "user" and m.summary_of is None]
-    assert users == [FACT, *(filler(i) for i in range(2, TURNS)), "recall what you know"]
-    first_request = next(
-        r
-        for r in reversed(server.requests)
-        if r["messages"][-1]["content"] == "recall what you know"
+    assert users == sent
+    assert sum(m.role == "assistant" for m in history) == TURNS
+    # Turn 300's request holds turn 1's fact only through a summary.
+    last = requests[-1]["messages"]
+    assert last[-1]["content"] == "recall what you know"
+    assert all(m["content"] != FACT for m in last)
+    assert any(m["content"].startswith("[Summary") and FACT in m["content"] for m in last)
+
+
+def request_ending_with(server: ScriptedServer, text: str) -> list[dict[str, Any]]:
+    """The messages of the latest request whose last message is ``text``."""
+    return next(
+        r["messages"] for r in reversed(server.requests) if r["messages"][-1]["content"] == text
     )
-    assert all(m["content"] != FACT for m in first_request["messages"])
 
 
 async def test_forks_before_and_after_a_summary(producer: Producer, server: ScriptedServer) -> None:
     s = sid()
-    await say(producer, s, FACT)
-    i = 2
-    while not any(m.summary_of is not None for m in await producer.history(s)):
-        await say(producer, s, filler(i))
-        i += 1
+    # Turns of about 110 tokens reach compact_at (75 % of 3,000) in about 20 turns.
+    sent = [FACT, *(filler(i) for i in range(2, 40))]
+    handles = [await producer.submit(s, text, agent="ctx-long") for text in sent]
+    assert (await handles[-1].result(timeout=120)).status == "completed"
     history = await producer.history(s)
-    position = next(m.sequence for m in history if m.summary_of is not None)
-    assert position is not None
+    position = next((m.sequence for m in history if m.summary_of is not None), None)
+    assert position is not None, "no compaction in 40 turns"
     # Before: two turns before the summary, the model reads the whole history.
     await producer.fork(s, position - 3, new_branch="before")
     _, status, text = await say(producer, s, "recall before")
-    request = server.requests[-1]["messages"]
+    request = request_ending_with(server, "recall before")
     assert status == "completed" and FACT in text
     assert any(m["content"] == FACT for m in request)  # turn 1 itself, not a summary
     assert not any(m["content"].startswith("[Summary") for m in request)
     # After: the branch starts from the summary.
     await producer.fork(s, position, branch="trunk", new_branch="after")
     _, status, text = await say(producer, s, "recall after")
-    request = server.requests[-1]["messages"]
+    request = request_ending_with(server, "recall after")
     assert status == "completed" and FACT in text
     assert not any(m["content"] == FACT for m in request)
     assert request[1]["content"].startswith("[Summary")

@@ -35,6 +35,9 @@ OUTSIDE_THE_TREE = {
     "caller sees CancelledError",
     "reactq.worker.agent.run.AwaitingApproval": "internal control flow between the run and "
     "the drain: the run stopped at tool calls waiting for a person; the drain parks the turn",
+    "reactq.worker.agent.run.AwaitingChildren": "internal control flow between the run and "
+    "the drain: the run stopped at delegations whose child turns still run; the drain parks "
+    "the turn",
     "reactq.worker.agent.run._OverBudget": "internal control flow of a run: raised when a "
     "budget is spent and caught by the run itself, which ends with BudgetExceededError",
 }

@@ -34,6 +34,11 @@ REFUSALS = {
         "413": "REACTQ_MAX_MESSAGE_BYTES",
     },
     "GET /v1/sessions": {"422": "not one a listing handed out"},
+    "POST /v1/schedules": {
+        "422": "a cron expression that is not five valid fields",
+        "413": "REACTQ_MAX_MESSAGE_BYTES",
+    },
+    "GET /v1/store/{namespace}": {"422": "A cursor no search handed out"},
 }
 # Schemathesis's own default for positive_data_acceptance.
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]

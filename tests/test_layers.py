@@ -23,6 +23,7 @@ EXTRAS = {
     "opentelemetry",
     "mcp",
     "mcp_types",
+    "PIL",
     "uvicorn",
     "fastapi",
     "flower",

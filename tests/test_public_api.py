@@ -42,12 +42,18 @@ PUBLIC = [
     "ApprovalPolicy",
     "Guardrail",
     "GuardrailResult",
+    "Subagent",
     "load_agents",
     # tools
     "Registry",
     "Tool",
+    "ToolCategory",
     "ToolContext",
     "tool",
+    # the tool catalogue
+    "AgentInfo",
+    "AgentTools",
+    "ToolInfo",
     # interventions, the approval gate, hooks
     "BeforeToolFallback",
     "DenyToolCall",
@@ -78,10 +84,14 @@ PUBLIC = [
     "RunResult",
     # producing turns, reading events
     "CancelResult",
+    "UndoReport",
     "DecideOutcome",
+    "Document",
+    "DocumentPage",
     "MultitaskStrategy",
     "PendingApproval",
     "Producer",
+    "Schedule",
     "SessionDeleted",
     "SessionDetail",
     "SessionUsage",
@@ -106,6 +116,8 @@ PUBLIC = [
     "ActionEvent",
     "ObservationEvent",
     "ToolFailedEvent",
+    "FileChangeEvent",
+    "TodosEvent",
     "UsageEvent",
     "ModelFallbackEvent",
     "RateLimitedEvent",
@@ -114,6 +126,7 @@ PUBLIC = [
     "ErrorEvent",
     "ApprovalRequestedEvent",
     "ApprovalDecidedEvent",
+    "SubagentEvent",
     "FinalEvent",
     "parse_event",
     "ChatMessage",
@@ -143,12 +156,16 @@ PUBLIC = [
     "UnknownAgentError",
     "AgentMismatchError",
     "WebhookRefusedError",
+    "InvalidScheduleError",
     "TurnRejectedError",
     "StaleLeaseError",
     "TurnCommittedError",
     "SessionNotFoundError",
+    "ScheduleNotFoundError",
     "SessionBusyError",
     "InvalidCursorError",
+    "InvalidDocumentError",
+    "InvalidNamespaceError",
     "ApprovalError",
     "ApprovalNotFoundError",
     "ApprovalClosedError",
@@ -178,6 +195,10 @@ PUBLIC = [
     "GuardrailBlockedError",
     "BudgetExceededError",
     "SessionBudgetExceededError",
+    "UndoError",
+    "UndoConflictError",
+    "AlreadyUndoneError",
+    "NothingToUndoError",
     "GatewayRequestError",
     # signals a tool raises for the model to read
     "ToolError",
@@ -186,7 +207,13 @@ PUBLIC = [
 ]
 
 # Modules an application imports: the face, the fakes, the demo's agent, the command.
-PUBLIC_MODULES = ("reactq", "reactq.testing", "reactq.demo.weather", "reactq.cli")
+PUBLIC_MODULES = (
+    "reactq",
+    "reactq.testing",
+    "reactq.demo.weather",
+    "reactq.cli",
+    "reactq.bundles",
+)
 
 TESTING = [
     "ScriptedLLM",

@@ -90,7 +90,7 @@ async def test_metadata_is_kept_on_the_record_the_status_and_the_audit_log(
     await handle.result(timeout=30)
     info = await producer.turn_info(handle.turn_id)
     assert info is not None and info.metadata == {"order": 42}
-    record = await (await producer.store()).get_turn(handle.turn_id)
+    record = await (await producer.state_store()).get_turn(handle.turn_id)
     assert record is not None and record.metadata == {"order": 42}
     (queued,) = [e for e in await producer.turn_events(handle.turn_id) if e.type == "queued"]
     assert isinstance(queued, QueuedEvent) and queued.metadata == {"order": 42}
@@ -144,7 +144,7 @@ async def test_every_turn_records_the_agents_configuration_version(producer: Pro
     assert started and all(e.config_version == version for e in started)  # type: ignore[union-attr]
     info = await producer.turn_info(handle.turn_id)
     assert info is not None and info.config_version == version
-    record = await (await producer.store()).get_turn(handle.turn_id)
+    record = await (await producer.state_store()).get_turn(handle.turn_id)
     assert record is not None and record.config_version == version
 
 

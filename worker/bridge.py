@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
 from reactq.shared.bus import EventBus, RedisEventBus
+from reactq.shared.catalogue import AgentTools
 from reactq.shared.keys import Keys
 from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
 from reactq.shared.protocol.deadlines import Deadlines
@@ -67,6 +68,9 @@ class Bridge:
         self.registry: WorkerRegistry | None = None
         self.audit: AuditSink | None = None
         self.mcp = MCPManager()
+        self.catalogues: dict[str, AgentTools] = {}
+        """Each agent's tools as its model sees them (MCP tools included), published in
+        the registry with every announcement."""
         self._duties: list[asyncio.Future[None]] = []
         self.metrics: WorkerMetrics | None = None
         # The turns in flight are bounded here, not by Celery's threads (hand_off).
@@ -166,6 +170,7 @@ class Bridge:
         await self.mcp.start(
             {name: (registries[name], agent.mcp_servers) for name, agent in self.agents.items()}
         )
+        self.catalogues = {name: a.catalogue(registries[name]) for name, a in self.agents.items()}
         observer = self._observer()
         for name, agent in self.agents.items():
             llm, *fallbacks = clients.for_agent(agent, s)  # shared by agents on one endpoint
@@ -177,7 +182,9 @@ class Bridge:
                 fallback_llms=fallbacks,
                 limiters=limiters.for_agent(agent, s),
             )
-            runners[name] = AgentRunner(loop, self.store, name, steps)
+            runners[name] = AgentRunner(
+                loop, self.store, name, steps, workspace_root=s.workspace_root
+            )
             if observer.active:
                 runners[name] = ObservedRunner(runners[name], observer)
         self.llms = clients.clients()
@@ -193,7 +200,9 @@ class Bridge:
             steps=steps,
             webhooks=self.webhooks,
         )
-        await registry.register_agents(sorted(self.agents), self.worker_name, self._profiles())
+        await registry.register_agents(
+            sorted(self.agents), self.worker_name, self._profiles(), self.catalogues
+        )
         self._duties = [
             asyncio.ensure_future(listen_for_control(self.redis, keys, self.drainer)),
             asyncio.ensure_future(
@@ -224,7 +233,9 @@ class Bridge:
         while True:
             await asyncio.sleep(every)
             try:
-                await registry.register_agents(agents, self.worker_name, self._profiles())
+                await registry.register_agents(
+                    agents, self.worker_name, self._profiles(), self.catalogues
+                )
             except Exception as exc:  # Redis away for a moment: the next beat will do
                 log.warning("worker heartbeat failed (%s: %s)", type(exc).__name__, exc)
 

@@ -23,11 +23,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reactq.shared.catalogue import AgentTools, ToolCategory, categories_of
 from reactq.shared.errors import ConfigError, SkillError, WebhookRefusedError
 from reactq.shared.protocol.registry import AgentProfile
 from reactq.shared.settings import Settings
 from reactq.shared.webhooks import split_url
 from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig, PromptFunction
+from reactq.worker.agent.delegation import as_subagents, delegation_tools
 from reactq.worker.agent.fingerprint import fingerprint
 from reactq.worker.agent.interventions import maybe_await
 from reactq.worker.agent.llm.base import LLMClient
@@ -100,6 +102,9 @@ class Agent:
     webhook: str | None
     """Where its turns' ends are POSTed (signed) unless a turn names its own webhook; None:
     only turns that name one. Checked like every webhook when a turn is submitted."""
+    tool_categories: frozenset[ToolCategory] | None
+    """The tool categories its model sees (``{ToolCategory.READ}``: a read-only reviewer);
+    tools of the others are never shown and a call to one is refused. None: all."""
     loop: LoopConfig
     """The loop's knobs: model, system prompt, tool mode, limits, messages, budgets, hooks."""
     skills: SkillSet = field(init=False, repr=False)
@@ -121,6 +126,7 @@ class Agent:
         client_factory: ClientFactory | None = None,
         rate_limit: RateLimit | None = None,
         webhook: str | None = None,
+        tool_categories: Iterable[ToolCategory | str] | None = None,
         loop: LoopConfig | None = None,
         **knobs: Any,
     ) -> None:
@@ -135,7 +141,8 @@ class Agent:
             raise AgentConfigError(
                 f"agent {name!r}: unknown setting {unknown[0]!r}{hint}; an Agent takes name, "
                 "tools, mcp_servers, skills_dir, base_url, api_key, api_key_env, timeout, "
-                "max_retries, headers, client_factory, rate_limit, webhook, loop and the knobs of "
+                "max_retries, headers, client_factory, rate_limit, webhook, tool_categories, "
+                "loop and the knobs of "
                 "LoopConfig"
             )
         if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
@@ -162,8 +169,9 @@ class Agent:
                     split_url(webhook)
                 except WebhookRefusedError as exc:
                     raise ValueError(f"webhook: {exc.message}") from None
+            categories = categories_of(tool_categories)
             # Refuses duplicate names, load_skill among them.
-            _with_skills(Registry(wrapped), skills)
+            _with_skills(Registry(wrapped, categories=categories), skills)
         except ValueError as exc:
             raise AgentConfigError(f"agent {name!r}: {exc}") from None
         # Frozen: the dataclass's own __setattr__ refuses, so set through object's.
@@ -181,6 +189,7 @@ class Agent:
             ("client_factory", client_factory),
             ("rate_limit", rate_limit),
             ("webhook", webhook),
+            ("tool_categories", categories),
             ("loop", config),
             ("skills", skills),
         ):
@@ -219,9 +228,17 @@ class Agent:
             {
                 "name": self.name,
                 "tools": [
-                    [t.name, t.description, t.parameters, t.writes, t.requires_approval, t.timeout]
+                    [
+                        t.name,
+                        t.description,
+                        t.parameters,
+                        t.category,
+                        t.requires_approval,
+                        t.timeout,
+                    ]
                     for t in self.tools
                 ],
+                "tool_categories": sorted(self.tool_categories or ()),
                 "mcp_servers": self.mcp_servers,
                 "skills": sorted(self.skills.names),
                 "base_url": self.base_url,
@@ -244,7 +261,22 @@ class Agent:
 
         MCP tools are not in it: ``MCPManager.start`` attaches them on a running loop.
         """
-        return _with_skills(Registry(self.tools), self.skills)
+        registry = _with_skills(Registry(self.tools, categories=self.tool_categories), self.skills)
+        if self.loop.subagents:  # delegate and delegate_parallel (worker/agent/delegation.py)
+            for t in delegation_tools(as_subagents(self.loop.subagents), self.loop.max_parallel):
+                registry.register(t)
+        return registry
+
+    def catalogue(self, registry: Registry | None = None) -> AgentTools:
+        """The tools its model sees, for the catalogue (``reactq tools AGENT``): those of
+        ``registry`` (one MCP tools were attached to), else of ``self.registry()``."""
+        tools = registry if registry is not None else self.registry()
+        return AgentTools(
+            agent=self.name,
+            config_version=self.config_version,
+            tool_categories=sorted(self.tool_categories) if self.tool_categories else None,
+            tools=[t.info() for t in tools],
+        )
 
     def build_loop(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -39,19 +40,24 @@ from reactq.shared.events import (
 )
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, Decision, WaitingCall
+from reactq.shared.protocol.children import DELEGATION_METADATA, ChildLink, Children
 from reactq.shared.protocol.control import CancelMode
 from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.endings import Failure
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
+from reactq.shared.protocol.registry import WorkerRegistry
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
 from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
 from reactq.shared.webhooks import Send, Webhooks
 from reactq.worker.agent.cancel import CancelEvent
-from reactq.worker.agent.run import AwaitingApproval
+from reactq.worker.agent.delegation import CURRENT as CURRENT_DELEGATOR
+from reactq.worker.agent.delegation import tasks_of
+from reactq.worker.agent.run import AwaitingApproval, AwaitingChildren
 from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.delegations import ForwardingBus, PoolDelegator, fold_children
 
 log = logging.getLogger("reactq.worker")
 
@@ -80,10 +86,16 @@ class _FencedEmitter(TurnEmitter):
     status_ttl: int = 0
     ended: Callable[[FinalEvent], Awaitable[None]] | None = None
     """Called with the final once it is published (the turn's webhook)."""
+    fold: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    """Adds the turn's children's usage to its final (an agent with subagents)."""
+    link: ChildLink | None = None
+    """The turn's parent, when it is a child turn."""
 
     async def emit(self, event_cls: type[E], **fields: Any) -> E:
         if event_cls is not FinalEvent:
             return await super().emit(event_cls, **fields)
+        if self.fold is not None:
+            fields = await self.fold(fields)
         guard = PublishGuard(self.token, self.turn_id, str(fields["status"]), self.status_ttl)
         event = await self._send(self._build(event_cls, fields), guard)
         if self.ended is not None and isinstance(event, FinalEvent):
@@ -130,6 +142,16 @@ class Drainer:
         self._background: set[asyncio.Future[int]] = set()
         self._fenced: dict[str, int] = {}
         self._current: dict[str, str] = {}  # session -> the turn it runs here
+        self.children = Children(
+            queue.redis,
+            queue.keys,
+            queue,
+            bus,
+            self.dispatch,
+            meta_ttl_seconds=queue.meta_ttl,
+            dispatch_grace_seconds=settings.lease_ttl_seconds,
+        )
+        self.workers = WorkerRegistry(queue.redis, queue.keys)
 
     @property
     def in_flight(self) -> int:
@@ -264,9 +286,15 @@ class Drainer:
         except Exception as exc:
             await self._reject_malformed(sid, claimed, exc)
             return None
-        emitter = _FencedEmitter(self.bus, sid, turn.turn_id, claimed.attempt)
+        link = await self._link_of(sid, turn)
+        bus = self.bus if link is None else ForwardingBus(self.bus, link)
+        emitter = _FencedEmitter(bus, sid, turn.turn_id, claimed.attempt)
         emitter.token, emitter.status_ttl = token, self.queue.meta_ttl
-        emitter.ended = self._ended
+        runner = self.runners.get(turn.agent)
+        delegates = link is not None or (runner is not None and bool(runner.loop.config.subagents))
+        # Only a child, or a turn that may have children, has delegations to settle.
+        emitter.ended = self._ended if delegates else functools.partial(self._ended, settle=False)
+        emitter.link = link
         try:
             return await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):
@@ -363,6 +391,20 @@ class Drainer:
         started = time.monotonic()
         self.running[turn.turn_id] = entry
         self._current[sid] = turn.turn_id
+        delegating = None
+        config = runner.loop.config
+        if config.subagents and isinstance(emitter, _FencedEmitter):
+            delegator = PoolDelegator(
+                self.children,
+                self.workers,
+                config,
+                emitter,
+                turn.agent,
+                emitter.link,
+                expired=claimed.parked == "expired",
+            )
+            delegating = CURRENT_DELEGATOR.set(delegator)
+            emitter.fold = functools.partial(self._fold, sid, turn.turn_id)
         try:
             work = runner.run_turn(
                 session_id=sid,
@@ -380,10 +422,15 @@ class Drainer:
                 overrides=turn.overrides,
             )
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
+        except AwaitingChildren as waiting:
+            await self._park_children(sid, turn.turn_id, waiting)
+            return None
         except AwaitingApproval as waiting:
             await self._park(sid, turn.turn_id, emitter, waiting)
             return None
         finally:
+            if delegating is not None:
+                CURRENT_DELEGATOR.reset(delegating)
             self.running.pop(turn.turn_id, None)
             self._current.pop(sid, None)
         duration = time.monotonic() - started
@@ -420,6 +467,45 @@ class Drainer:
             sid,
             extra={"turn_id": turn_id, "status": str(TurnStatus.AWAITING_APPROVAL)},
         )
+
+    async def _park_children(self, sid: str, turn_id: str, waiting: AwaitingChildren) -> None:
+        """The turn waits for its child turns: park it like a turn waiting for people
+        (no lease, no slot); the last child's end makes it ready again."""
+        calls = [
+            {"call_id": c.id, "tool": c.name, "keys": [f"{c.id}#{i}" for i in range(n)]}
+            for c in waiting.calls
+            for n in [len(tasks_of(c) or ())]
+        ]
+        state = await self.children.park(
+            sid, turn_id, calls, self.settings.delegation_timeout_seconds
+        )
+        if state is None:
+            raise LeaseLostError(f"turn {turn_id} left the running slot", session_id=sid)
+        log.info(
+            "turn %s awaits its child turns (%s; session %s)",
+            turn_id,
+            state,
+            sid,
+            extra={"turn_id": turn_id, "status": str(TurnStatus.AWAITING_CHILDREN)},
+        )
+
+    async def _fold(self, sid: str, turn_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """The final's fields with the turn's children's usage folded in."""
+        try:
+            _, results = await self.children.state(sid, turn_id)
+        except RedisError:
+            return fields
+        return fold_children(fields, list(results.values()))
+
+    async def _link_of(self, sid: str, turn: TurnRequest) -> ChildLink | None:
+        """The turn's parent, if it is a child turn (its metadata says so; Redis says
+        which parent, so a producer's metadata cannot make a turn forward elsewhere)."""
+        if DELEGATION_METADATA not in turn.metadata:
+            return None
+        link = await self.children.link_of(turn.turn_id)
+        if link is None or link.session_id != sid:
+            return None
+        return link
 
     async def _fence(self, sid: str, agent: str, token: int) -> None:
         """Record this lease's token in the store (``claim``), once per lease: the
@@ -529,9 +615,12 @@ class Drainer:
         await self.queue.finish(sid, turn_id, record.status)
         return True
 
-    async def _ended(self, final: FinalEvent) -> None:
-        """A turn's final is out: enqueue its webhook, if it has one. Never fails the
-        turn (the delivery is lost, and logged, when Redis or the broker is away)."""
+    async def _ended(self, final: FinalEvent, settle: bool = True) -> None:
+        """A turn's final is out: settle its delegations (``settle``: it is a child, or
+        may have children), enqueue its webhook, if it has one. Never fails the turn
+        (the delivery is lost, and logged, when Redis or the broker is away)."""
+        if settle:
+            await self.children.ended(final)
         if self.webhooks is None or self.send_webhook is None:
             return
         try:

@@ -38,7 +38,7 @@ async def run_local_turn(
     try:
         llm, *fallbacks = clients.for_agent(agent, settings)
         loop = agent.build_loop(llm, settings=settings, fallback_llms=fallbacks)
-        runner = AgentRunner(loop, store, agent.name)
+        runner = AgentRunner(loop, store, agent.name, workspace_root=settings.workspace_root)
         turn_id = new_turn_id()
         stream = bus.subscribe(session_id, after="0")
 

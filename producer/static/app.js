@@ -81,8 +81,9 @@ function userMessage(ev) {
   return span;
 }
 
-function render(ev) {
-  const box = turnBox(ev);
+// ``box``: where a past turn's events go (showTurn); by default the live timeline's.
+function render(ev, box) {
+  box = box || turnBox(ev);
   switch (ev.type) {
     case "queued": line(box, ev, "user", "you", userMessage(ev)); break;
     case "started":
@@ -100,6 +101,33 @@ function render(ev) {
       line(box, ev, "observation", "result", span); break;
     }
     case "tool_failed": line(box, ev, "tool_failed", "tool error", `${ev.tool}: ${ev.error}`); break;
+    case "file_change": {
+      const where = ev.from_path ? `${ev.from_path} → ${ev.path}` : ev.path;
+      const span = el("span");
+      span.append(document.createTextNode(`${ev.kind} ${where}` + (ev.kind === "deleted" ? "" : ` (${ev.size} bytes)`)));
+      if (ev.diff) {
+        const details = el("details"), summary = el("summary", "", "diff");
+        const pre = el("pre", "diff"); pre.textContent = ev.diff;
+        details.append(summary, pre); span.append(details);
+      }
+      line(box, ev, "file_change", "file", span); break;
+    }
+    case "todos": {
+      // The session's whole todo list after the change: one checkbox line an item, in
+      // the timeline and, for a live event, in the "Todo list" panel (the latest list).
+      const items = (list) => {
+        const marks = { pending: "☐", in_progress: "◐", done: "☑" };
+        for (const item of ev.items) list.append(el("li", "todo " + item.status, `${marks[item.status] || "?"} ${item.text}`));
+        if (!ev.items.length) list.append(el("li", "todo empty", "(empty)"));
+        return list;
+      };
+      line(box, ev, "todos", "todos", items(el("ul", "todos")));
+      if (!box.classList.contains("past")) {
+        $("todo-list").replaceChildren(); items($("todo-list"));
+        $("plan").hidden = false;
+      }
+      break;
+    }
     case "error": line(box, ev, "error", "error", `${ev.code}: ${ev.message}`); break;
     case "approval_requested": {
       setStatus(box, "awaiting_approval");
@@ -222,6 +250,7 @@ function watch() {
   state.session = session; state.lastId = null; state.turns.clear();
   window.reactqDebug.ids = [];
   $("timeline").replaceChildren();
+  $("todo-list").replaceChildren(); $("plan").hidden = true;  // another session's plan
   connect(session);
 }
 
@@ -239,6 +268,75 @@ async function send(event) {
   notice(""); $("message").value = "";
 }
 
+// Stored sessions and their turns (GET /v1/sessions, /v1/sessions/{id}/turns), and a
+// finished turn's events (GET /v1/turns/{id}/events): the live stream's while it holds
+// the turn, else the audit log's, so a turn is readable long after its stream expired.
+async function getJSON(url) {
+  const r = await fetch(url, { headers: headers(), cache: "no-store" });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(`${r.status}: ${body.message || r.statusText}`);
+  return body;
+}
+
+function when(ts) { return ts ? new Date(ts * 1000).toLocaleString() : ""; }
+
+function pick(list, item) {
+  for (const other of list.children) other.classList.toggle("picked", other === item);
+}
+
+async function loadSessions() {
+  let page;
+  try { page = await getJSON("/v1/sessions?limit=50"); } catch (err) { notice(`sessions: ${err.message}`); return; }
+  const list = $("sessions");
+  list.replaceChildren();
+  if (!page.sessions.length) list.append(el("li", "empty", "no stored sessions yet"));
+  for (const s of page.sessions) {
+    const item = el("li", "session");
+    item.dataset.sessionId = s.session_id;
+    const open = el("button", "link", s.session_id);
+    open.type = "button";
+    open.addEventListener("click", () => { pick(list, item); openSession(s.session_id); });
+    item.append(open, el("span", "meta", `${s.agent} · ${when(s.updated_at)}`));
+    list.append(item);
+  }
+}
+
+async function openSession(sessionId) {
+  $("session").value = sessionId;
+  localStorage.setItem("reactq.session", sessionId);
+  const list = $("turns");
+  list.replaceChildren();
+  $("past").replaceChildren();
+  watch();
+  let turns;
+  try { turns = await getJSON(`/v1/sessions/${encodeURIComponent(sessionId)}/turns`); } catch (err) { notice(`turns: ${err.message}`); return; }
+  if (!turns.length) list.append(el("li", "empty", "no turns"));
+  for (const t of turns) {
+    const item = el("li", "past-turn");
+    item.dataset.turnId = t.turn_id;
+    const open = el("button", "link", t.turn_id);
+    open.type = "button";
+    open.addEventListener("click", () => { pick(list, item); showTurn(t.turn_id); });
+    item.append(open, el("span", "status " + t.status, t.status), el("span", "meta", (t.final_text || "").slice(0, 80)));
+    list.append(item);
+  }
+}
+
+async function showTurn(turnId) {
+  let out;
+  try { out = await getJSON(`/v1/turns/${encodeURIComponent(turnId)}/events`); } catch (err) { notice(`turn: ${err.message}`); return; }
+  const box = el("article", "turn past");
+  box.dataset.turnId = turnId;
+  box.dataset.source = out.source;
+  const head = el("div", "head");
+  const from = out.source === "audit" ? "from the audit log (its stream expired)" : "from the live stream";
+  head.append(el("span", "tid", turnId), el("span", "source", from), el("span", "status queued", "queued"));
+  box.append(head);
+  $("past").replaceChildren(box);
+  for (const ev of out.events) render(ev, box);
+}
+
+$("load-sessions").addEventListener("click", loadSessions);
 $("controls").addEventListener("submit", send);
 $("watch").addEventListener("click", watch);
 $("message").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(e); });

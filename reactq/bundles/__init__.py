@@ -13,6 +13,13 @@ work in it::
 (the loop runs them side by side); ``write_file``, ``edit_file``,
 ``apply_patch`` and, when asked for, ``download_file`` change the workspace
 and run one at a time. Every path is confined to the session's directory.
+
+``memory_tools(namespace=...)`` gives an agent ``remember``, ``recall`` and
+``forget`` over the long-term store, in a namespace chosen from each turn (a user's
+facts, found again in their other sessions).
+
+``todo_tools()`` gives an agent ``update_todos`` and ``list_todos``: a plan kept per
+session in the state store, shown in the system prompt of every model call.
 """
 
 from __future__ import annotations
@@ -21,8 +28,13 @@ import os
 
 from reactq.bundles.download import AllowList, DownloadError, DownloadPolicy, download_tools
 from reactq.bundles.files import file_tools as _file_tools
+from reactq.bundles.images import image_tools
+from reactq.bundles.journal import Journal, StaleFileError
+from reactq.bundles.memory import MemoryToolError, memory_tools
 from reactq.bundles.patch import PatchError, patch_tools
+from reactq.bundles.sandbox import SandboxLimits, sandbox_tools
 from reactq.bundles.search import SearchLimits
+from reactq.bundles.todos import todo_tools
 from reactq.bundles.workspace import FileChange, Workspace, WorkspaceError, Workspaces
 from reactq.shared.settings import Settings
 from reactq.worker.agent.tools import Tool
@@ -30,12 +42,19 @@ from reactq.worker.agent.tools import Tool
 __all__ = [
     "DownloadError",
     "FileChange",
+    "MemoryToolError",
     "PatchError",
+    "SandboxLimits",
     "SearchLimits",
+    "StaleFileError",
     "Workspace",
     "WorkspaceError",
     "Workspaces",
     "file_tools",
+    "image_tools",
+    "memory_tools",
+    "sandbox_tools",
+    "todo_tools",
 ]
 
 
@@ -62,14 +81,17 @@ def file_tools(
     else:
         settings = Settings.from_env({}, workspace_root=os.fspath(settings_or_root))
     workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
-    tools = _file_tools(workspaces, read_only=read_only, search_limits=search_limits)
+    journal = Journal()
+    tools = _file_tools(
+        workspaces, read_only=read_only, search_limits=search_limits, journal=journal
+    )
     if read_only:
         return tools
-    tools += patch_tools(workspaces)
+    tools += patch_tools(workspaces, journal)
     if download:
         policy = DownloadPolicy(
             max_bytes=settings.download_max_bytes,
             allow=AllowList(settings.download_allow_hosts),
         )
-        tools += download_tools(workspaces, policy, timeout=download_timeout)
+        tools += download_tools(workspaces, policy, timeout=download_timeout, journal=journal)
     return tools

@@ -38,6 +38,7 @@ from urllib.parse import unquote
 
 import httpx2
 
+from reactq.bundles.journal import Journal
 from reactq.bundles.workspace import (
     FileChange,
     StagedFile,
@@ -254,8 +255,11 @@ def download_tools(
     *,
     timeout: float | None = 300.0,
     resolver: Resolver = resolve,
+    journal: Journal | None = None,
 ) -> list[Tool]:
-    """``download_file`` over ``workspaces`` (``resolver`` replaceable for tests)."""
+    """``download_file`` over ``workspaces`` (``resolver`` replaceable for tests;
+    ``journal`` records each download for undo and its ``file_change`` event)."""
+    journal = journal or Journal()
 
     async def download_file(ctx: ToolContext, url: str, path: str | None = None) -> str:
         """Download an http(s) URL into the workspace (by default into downloads/).
@@ -286,10 +290,17 @@ def download_tools(
             if target is None:
                 name = _file_name(fetched.url)
                 target = name if folder == "." else f"{folder}/{name}"
-            try:
-                await asyncio.to_thread(ws.commit, [FileChange(target, None, staged)])
-            except WorkspaceError as exc:
-                raise DownloadError(f"not saved: {exc.message}; pass another path") from None
+            saved = target
+
+            def save() -> tuple[str, list[FileChange]]:
+                changes = [FileChange(saved, None, staged)]
+                try:
+                    ws.commit(changes)
+                except WorkspaceError as exc:
+                    raise DownloadError(f"not saved: {exc.message}; pass another path") from None
+                return saved, changes
+
+            await journal.apply(ctx, save)
         finally:
             staged.discard()  # a no-op once committed; a partial file goes here
         kind = f" ({fetched.content_type})" if fetched.content_type else ""

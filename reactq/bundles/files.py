@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import hashlib
 import io
+import os
 from collections.abc import Iterator
 from fractions import Fraction
+from functools import partial
 from typing import Annotated
 
 from pydantic import Field
 
 from reactq.bundles.globs import GlobPattern
+from reactq.bundles.journal import Journal
 from reactq.bundles.search import SearchLimits, search
 from reactq.bundles.workspace import (
     FileChange,
@@ -69,28 +73,48 @@ def _lines(reader: io.BufferedReader[io.FileIO], cap: int) -> Iterator[tuple[byt
 
 def read_window(ws: Workspace, path: str, offset: int, limit: int) -> str:
     """Lines ``offset``.. of a text file, numbered from 1, as ``read_file`` shows them."""
+    return _read_window(ws, path, offset, limit)[0]
+
+
+def _digest(fd: int) -> str:
+    """The revision of an open file's content (read from its start, by position)."""
+    hasher = hashlib.sha256()
+    position = 0
+    while chunk := os.pread(fd, 1 << 20, position):
+        hasher.update(chunk)
+        position += len(chunk)
+    return hasher.hexdigest()
+
+
+def _read_window(ws: Workspace, path: str, offset: int, limit: int) -> tuple[str, str]:
+    """``read_window``'s text and the revision it was read from (the same open file)."""
     shown = show(split_path(path))
     with ws.open_read(path) as (fd, info):
-        reader = io.BufferedReader(io.FileIO(fd, "rb", closefd=False), 1 << 16)
-        if b"\0" in reader.peek(8192)[:8192]:
-            return f"{shown} is a binary file ({info.st_size} bytes); read_file shows text only."
-        out: list[str] = []
-        number = 0
-        for number, (raw, cut) in enumerate(_lines(reader, LINE_BYTES), 1):
-            if number < offset:
-                continue
-            if number >= offset + limit:
-                # Count the rest, a chunk at a time: the total tells the model what is left.
-                tail = b"\n"
-                while chunk := reader.read(1 << 20):
-                    number += chunk.count(b"\n")
-                    tail = chunk[-1:]
-                number += tail != b"\n"  # a last line without a newline
-                break
-            text = raw.decode("utf-8", "replace")
-            out.append(
-                f"{number:6}\t{text}" + (f" [... line cut at {LINE_BYTES} bytes]" if cut else "")
-            )
+        digest = _digest(fd)
+        return _window(fd, info, shown, offset, limit), digest
+
+
+def _window(fd: int, info: os.stat_result, shown: str, offset: int, limit: int) -> str:
+    reader = io.BufferedReader(io.FileIO(fd, "rb", closefd=False), 1 << 16)
+    if b"\0" in reader.peek(8192)[:8192]:
+        return f"{shown} is a binary file ({info.st_size} bytes); read_file shows text only."
+    out: list[str] = []
+    number = 0
+    for number, (raw, cut) in enumerate(_lines(reader, LINE_BYTES), 1):
+        if number < offset:
+            continue
+        if number >= offset + limit:
+            # Count the rest, a chunk at a time: the total tells the model what is left.
+            tail = b"\n"
+            while chunk := reader.read(1 << 20):
+                number += chunk.count(b"\n")
+                tail = chunk[-1:]
+            number += tail != b"\n"  # a last line without a newline
+            break
+        text = raw.decode("utf-8", "replace")
+        out.append(
+            f"{number:6}\t{text}" + (f" [... line cut at {LINE_BYTES} bytes]" if cut else "")
+        )
     total = number
     if total == 0:
         return f"{shown} is empty."
@@ -285,22 +309,37 @@ def unified_diff(path: str, before: str, after: str) -> str:
     return diff
 
 
-def _edit(ws: Workspace, path: str, old: str, new: str, replace_all: bool) -> str:
+def _edit(
+    ws: Workspace,
+    path: str,
+    old: str,
+    new: str,
+    replace_all: bool,
+    known: dict[str, str | None],
+) -> tuple[str, list[FileChange]]:
     parts = split_path(path)
     before = ws.read_text(path, limit=EDIT_MAX_BYTES)
+    raw = before.encode("utf-8")
+    # Before matching: a stale file is "re-read it", not an old_text that misses.
+    Journal.check_one(show(parts), raw, known)
     after, how = apply_edit(before, old, new, replace_all)
-    ws.commit([FileChange(path, before.encode("utf-8"), after.encode("utf-8"))])
-    return f"Edited {show(parts)} ({how}).\n{unified_diff(show(parts), before, after)}"
+    changes = [FileChange(path, raw, after.encode("utf-8"))]
+    ws.commit(changes)
+    return f"Edited {show(parts)} ({how}).\n{unified_diff(show(parts), before, after)}", changes
 
 
-def _write(ws: Workspace, path: str, content: str) -> str:
+def _write(
+    ws: Workspace, path: str, content: str, known: dict[str, str | None]
+) -> tuple[str, list[FileChange]]:
     parts = split_path(path)
     data = content.encode("utf-8", "replace")
     before = ws.current(path)
-    ws.commit([FileChange(path, before, data)])
+    Journal.check_one(show(parts), before, known, blind=True)
+    changes = [FileChange(path, before, data)]
+    ws.commit(changes)
     if before is None:
-        return f"Created {show(parts)} ({len(data)} bytes)."
-    return f"Overwrote {show(parts)} ({len(data)} bytes; it had {len(before)})."
+        return f"Created {show(parts)} ({len(data)} bytes).", changes
+    return f"Overwrote {show(parts)} ({len(data)} bytes; it had {len(before)}).", changes
 
 
 # --- list_files, glob_files ---------------------------------------------------------
@@ -354,9 +393,12 @@ def file_tools(
     *,
     read_only: bool = False,
     search_limits: SearchLimits | None = None,
+    journal: Journal | None = None,
 ) -> list[Tool]:
-    """The file tools over ``workspaces`` (each call works in its session's workspace)."""
+    """The file tools over ``workspaces`` (each call works in its session's workspace);
+    ``journal`` keeps what each turn read and changed (shared with ``apply_patch``)."""
     limits = search_limits or SearchLimits()
+    journal = journal or Journal()
 
     def workspace(ctx: ToolContext) -> Workspace:
         return workspaces.for_session(ctx.session_id)
@@ -374,7 +416,11 @@ def file_tools(
             offset: The first line to show (1-based).
             limit: How many lines to show at most.
         """
-        return await asyncio.to_thread(read_window, workspace(ctx), path, offset, limit)
+        known = await journal.known(ctx)
+        text, digest = await asyncio.to_thread(_read_window, workspace(ctx), path, offset, limit)
+        shown = show(split_path(path))
+        await journal.saw(ctx, shown, digest, known.get(shown))
+        return text
 
     async def list_files(
         ctx: ToolContext, path: str = ".", depth: Annotated[int, Field(ge=1, le=20)] = 2
@@ -431,7 +477,8 @@ def file_tools(
             path: The file, relative to the workspace.
             content: The complete new content.
         """
-        return await asyncio.to_thread(_write, workspace(ctx), path, content)
+        known = await journal.known(ctx)
+        return await journal.apply(ctx, partial(_write, workspace(ctx), path, content, known))
 
     async def edit_file(
         ctx: ToolContext, path: str, old_text: str, new_text: str, replace_all: bool = False
@@ -446,7 +493,10 @@ def file_tools(
             new_text: The replacement.
             replace_all: Replace every occurrence instead of refusing several.
         """
-        return await asyncio.to_thread(_edit, workspace(ctx), path, old_text, new_text, replace_all)
+        known = await journal.known(ctx)
+        return await journal.apply(
+            ctx, partial(_edit, workspace(ctx), path, old_text, new_text, replace_all, known)
+        )
 
     readers = [
         Tool(read_file, name="read_file"),

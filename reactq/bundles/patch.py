@@ -34,12 +34,13 @@ update that does not, and the workspace is left untouched.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
+from reactq.bundles.journal import Journal, StaleFileError
 from reactq.bundles.workspace import (
     FileChange,
     Workspace,
@@ -399,7 +400,7 @@ def plan_patch(ws: Workspace, hunks: Sequence[Hunk]) -> tuple[list[FileChange], 
                 if ws.kind(hunk.move_to) is not None:
                     raise PatchError(f"*** Move to: {hunk.move_to}: it exists already")
                 changes.append(FileChange(hunk.path, before, None))
-                changes.append(FileChange(hunk.move_to, None, after))
+                changes.append(FileChange(hunk.move_to, None, after, source=hunk.path))
                 summary.append(f"R {hunk.path} -> {hunk.move_to} {counts}")
             else:
                 changes.append(FileChange(hunk.path, before, after))
@@ -423,15 +424,26 @@ def _existing(ws: Workspace, path: str, what: str) -> bytes:
 
 def apply_patch(ws: Workspace, text: str) -> str:
     """Parse, plan and commit a patch (blocking); the summary the model reads."""
+    return _apply(ws, text, None)[0]
+
+
+def _apply(
+    ws: Workspace, text: str, known: dict[str, str | None] | None
+) -> tuple[str, list[FileChange]]:
+    """``apply_patch``, checked against the revisions the turn saw (``known``, unless
+    None); the summary and the changes made."""
     hunks = parse_patch(text)
     try:
         changes, summary = plan_patch(ws, hunks)
+        if known is not None:
+            blind = {h.path for h in hunks if isinstance(h, DeleteFile)}
+            Journal.check(changes, known, {show(split_path(p)) for p in blind})
         ws.commit(changes)
-    except PatchError:
+    except (PatchError, StaleFileError):
         raise
     except WorkspaceError as exc:  # a link in the way, the quota, a file changed meanwhile
         raise PatchError(f"the patch was not applied: {exc.message}") from None
-    return "Applied the patch; nothing else changed:\n" + "\n".join(summary)
+    return "Applied the patch; nothing else changed:\n" + "\n".join(summary), changes
 
 
 DESCRIPTION = (
@@ -445,8 +457,10 @@ DESCRIPTION = (
 )
 
 
-def patch_tools(workspaces: Workspaces) -> list[Tool]:
-    """``apply_patch`` over ``workspaces``."""
+def patch_tools(workspaces: Workspaces, journal: Journal | None = None) -> list[Tool]:
+    """``apply_patch`` over ``workspaces`` (``journal``: shared with the file tools, so a
+    patch is checked against what ``read_file`` read)."""
+    journal = journal or Journal()
 
     async def apply_patch_tool(ctx: ToolContext, patch: str) -> str:
         """Apply a patch in the *** Begin Patch format.
@@ -455,6 +469,7 @@ def patch_tools(workspaces: Workspaces) -> list[Tool]:
             patch: The whole patch, from '*** Begin Patch' to '*** End Patch'.
         """
         ws = workspaces.for_session(ctx.session_id)
-        return await asyncio.to_thread(apply_patch, ws, patch)
+        known = await journal.known(ctx)
+        return await journal.apply(ctx, partial(_apply, ws, patch, known))
 
     return [Tool(apply_patch_tool, name="apply_patch", description=DESCRIPTION, writes=True)]

@@ -8,7 +8,9 @@
 -- Returns {'ready'} | {'waiting', undecided} | {'closed', status} | {'expired'}
 --   | {'unknown_call', call_id} | {'conflict', call_id, decision JSON}
 local wanted = cjson.decode(ARGV[2])
-if redis.call('HGET', KEYS[1], 'turn') ~= ARGV[1] then
+-- A turn parked for its child turns takes no decisions: it is closed to deciders.
+if redis.call('HGET', KEYS[1], 'turn') ~= ARGV[1]
+    or redis.call('HGET', KEYS[1], 'kind') == 'children' then
   return {'closed', redis.call('HGET', KEYS[2], ARGV[1]) or ''}
 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'waiting' then

@@ -20,6 +20,9 @@ end
 -- Deny every call of the parked turn that has no decision ('no decision in time');
 -- returns their call ids.
 local function expire_undecided(approvals, now)
+  -- A turn parked for its child turns has no decisions to deny (the drain cancels the
+  -- children still running).
+  if redis.call('HGET', approvals, 'kind') == 'children' then return {} end
   local calls = cjson.decode(redis.call('HGET', approvals, 'calls'))
   local ids = {}
   for _, call in ipairs(calls) do

@@ -241,8 +241,8 @@ class Approvals:
         """The session's calls that wait for a decision, in the model's order."""
         raw = await self.redis.hgetall(self.keys.approvals(session_id))
         data = {text(f): text(v) for f, v in raw.items()}
-        if data.get("state") != "waiting":
-            return []
+        if data.get("state") != "waiting" or data.get("kind") == "children":
+            return []  # a turn parked for its child turns waits for no person
         requested = int(data.get("requested", "0")) / 1000
         expires = int(data.get("expires", "0")) / 1000
         return [

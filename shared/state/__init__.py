@@ -11,6 +11,7 @@ from reactq.shared.errors import ConfigError
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
+    FileAction,
     SessionInfo,
     SessionPage,
     SessionRecord,
@@ -29,6 +30,7 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the protocol and its data
     "TRUNK",
     "BranchInfo",
+    "FileAction",
     "SessionInfo",
     "SessionPage",
     "SessionRecord",

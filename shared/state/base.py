@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.errors import BranchError, StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage
+from reactq.shared.state.documents import DocumentStore
+from reactq.shared.state.todos import TodoStore
 from reactq.shared.turns import TurnStatus
 
 TRUNK = "trunk"
@@ -75,7 +77,9 @@ class TurnStart(BaseModel):
     branch_id: str
     """The branch the turn reads and commits to: the one asked for, else the active one."""
     messages: list[ChatMessage]
-    """That branch's whole history, oldest first ([] when the agent differs)."""
+    """That branch's history as the model reads it, oldest first: from the first message
+    its latest summary does not stand for (``summary_of`` + 1) on, the whole history
+    when it has none ([] when the agent differs)."""
 
 
 class BranchInfo(BaseModel):
@@ -185,6 +189,36 @@ class SessionUsage(BaseModel):
         )
 
 
+class FileAction(BaseModel):
+    """One thing a turn did to a file of its session's workspace (the file tools record
+    them): a change, with what it replaced so that undo can put it back, or a read,
+    with the revision it saw (the stale-file guard compares a write with it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    """The session whose workspace holds the file."""
+    turn_id: str
+    """The turn that acted."""
+    attempt: int = 1
+    """The turn's attempt."""
+    subagent: str | None = None
+    """The subagent that acted for the turn (None: the turn's own agent)."""
+    path: str
+    """The file, relative to the workspace."""
+    kind: str
+    """``read``, ``created``, ``modified`` or ``deleted`` (a move is a delete and a create)."""
+    before: bytes | None = None
+    """A change's previous content (None: the file did not exist; always None for a read)."""
+    after_hash: str | None = None
+    """SHA-256 (hex) of the content after the change, or of the content read; None once
+    deleted."""
+    created_at: float = 0.0
+    """When it was recorded (Unix seconds)."""
+    undone_at: float | None = None
+    """When the turn's changes were undone (None: not undone)."""
+
+
 @runtime_checkable
 class StepStore(Protocol):
     """Where a running turn's completed steps are kept until it ends: a StateStore
@@ -205,9 +239,10 @@ class StepStore(Protocol):
 
 
 @runtime_checkable
-class StateStore(StepStore, Protocol):
+class StateStore(StepStore, DocumentStore, TodoStore, Protocol):
     """Sessions, their messages and their turns' outcomes (and, as a StepStore, the
-    steps of turns that run)."""
+    steps of turns that run; as a DocumentStore, the long-term store's documents; as
+    a TodoStore, sessions' todo lists)."""
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ) as
@@ -309,6 +344,11 @@ class StateStore(StepStore, Protocol):
         and read the messages of ``branch_id`` (the active branch by default), in one
         atomic step: ``ensure_session``, ``claim`` and ``get_messages`` at once.
 
+        The read starts after what the branch's latest summary (the visible message
+        with the highest sequence and a ``summary_of``) stands for, found without
+        reading the messages before it: a turn costs the same however long the
+        session is. ``get_messages`` still reads the whole history.
+
         A new session starts with ``fence`` as its token (0 when None). Raises
         StaleLeaseError, changing nothing, if the store has seen a newer token than
         ``fence``; with ``fence`` None no token is checked or recorded. When the
@@ -347,6 +387,19 @@ class StateStore(StepStore, Protocol):
         """The session's token and cost totals over its committed turns (zeros for an
         unknown session). A turn counts once it is committed, whatever its status; a
         cancelled turn that committed nothing does not count."""
+        ...
+
+    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
+        """Append a turn's file actions, in order, in one atomic step."""
+        ...
+
+    async def file_actions(self, turn_id: str) -> list[FileAction]:
+        """A turn's file actions, oldest first (empty for an unknown turn)."""
+        ...
+
+    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
+        """Mark a turn's file actions undone, once: False (nothing changed) when they
+        were undone already or there are none."""
         ...
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:

@@ -14,6 +14,7 @@ from reactq.shared.state import listing
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
+    FileAction,
     SessionInfo,
     SessionPage,
     SessionRecord,
@@ -29,6 +30,8 @@ from reactq.shared.state.base import (
     stale,
     view_ranges,
 )
+from reactq.shared.state.memory_documents import MemoryDocuments
+from reactq.shared.state.memory_todos import MemoryTodos
 
 
 @dataclass(eq=False)
@@ -76,7 +79,7 @@ class _Session:
         self.updated_at = time.time()
 
 
-class MemoryStateStore:
+class MemoryStateStore(MemoryDocuments, MemoryTodos):
     """The StateStore contract in process-local dicts, for one event loop.
 
     No method awaits anything, so each runs to completion on its loop: that is
@@ -100,6 +103,8 @@ class MemoryStateStore:
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._turns: dict[str, TurnRecord] = {}
         self._checkpoints: dict[tuple[str, str], TurnCheckpoint] = {}
+        # Kept apart from the sessions (never evicted with them): undo needs them later.
+        self._file_actions: dict[str, list[FileAction]] = {}
         self._swept = float("-inf")
 
     # Sessions are kept in order of last use, so the ones to drop are at the front.
@@ -221,9 +226,13 @@ class MemoryStateStore:
 
     async def delete_session(self, session_id: str) -> bool:
         """Forget the session and its turns; see StateStore."""
+        todos = self._todo_lists().pop(session_id, None)
+        files = [t for t, a in self._file_actions.items() if a and a[0].session_id == session_id]
+        for turn_id in files:
+            del self._file_actions[turn_id]
         session = self._touch(session_id)
         if session is None:
-            return False
+            return todos is not None or bool(files)
         self._drop(session_id, session)
         return True
 
@@ -356,7 +365,7 @@ class MemoryStateStore:
         return TurnStart(
             info=session.info(session_id),
             branch_id=branch,
-            messages=_history(session, branch) if mine else [],
+            messages=_history(session, branch, from_summary=True) if mine else [],
         )
 
     async def commit_turn(
@@ -397,6 +406,27 @@ class MemoryStateStore:
         """The session's totals over its committed turns; see StateStore."""
         return SessionUsage.of(session_id, await self.list_turns(session_id))
 
+    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
+        """Append file actions; see StateStore.record_file_actions."""
+        now = time.time()
+        for action in actions:
+            stamped = action if action.created_at else action.model_copy(update={"created_at": now})
+            self._file_actions.setdefault(action.turn_id, []).append(stamped)
+
+    async def file_actions(self, turn_id: str) -> list[FileAction]:
+        """A turn's file actions, oldest first."""
+        return list(self._file_actions.get(turn_id, []))
+
+    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
+        """Mark a turn's file actions undone, once; see StateStore."""
+        actions = self._file_actions.get(turn_id)
+        if not actions or actions[0].undone_at is not None:
+            return False
+        self._file_actions[turn_id] = [
+            a.model_copy(update={"undone_at": undone_at}) for a in actions
+        ]
+        return True
+
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
         """Store a running turn's completed steps; see StateStore.checkpoint_step."""
         session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
@@ -424,19 +454,38 @@ class MemoryStateStore:
         """Nothing to release; the data stays readable."""
 
 
-def _history(session: _Session, branch_id: str) -> list[ChatMessage]:
-    """The branch's whole history, oldest first ([] for a branch the session lacks)."""
+def _history(session: _Session, branch_id: str, *, from_summary: bool = False) -> list[ChatMessage]:
+    """The branch's whole history, oldest first ([] for a branch the session lacks);
+    ``from_summary``: only what its latest summary does not stand for (a turn's read)."""
     chain: list[tuple[str, int]] = []
     current: str | None = branch_id
     while current is not None and current in session.branches:
         chain.append((current, session.branches[current].fork))
         current = session.branches[current].parent
-    out: list[ChatMessage] = []
+    parts: list[tuple[_Branch, int]] = []
     for bid, _after, upto in view_ranges(chain):
         branch = session.branches[bid]
         stop = len(branch.own) if upto is None else upto - branch.fork
-        out.extend(branch.own[: max(stop, 0)])
+        parts.append((branch, max(stop, 0)))
+    floor = _summary_floor(parts) if from_summary else 0
+    out: list[ChatMessage] = []
+    for branch, stop in parts:
+        out.extend(branch.own[max(floor - branch.fork, 0) : stop])
     return out
+
+
+def _summary_floor(parts: Sequence[tuple[_Branch, int]]) -> int:
+    """What the latest summary of the visible ``parts`` stands for (0: none). The walk
+    back from the tip stops at that summary, so it never visits more messages than the
+    read that follows it returns."""
+    for branch, stop in reversed(parts):
+        own = branch.own
+        for index in range(stop - 1, -1, -1):  # no slice: it would copy the whole list
+            summary_of = own[index].summary_of
+            if summary_of is not None:
+                # A summary_of past the summary itself would read not even the summary.
+                return min(summary_of, branch.fork + index)
+    return 0
 
 
 def _extend(branch: _Branch, messages: Sequence[ChatMessage], turn_id: str | None) -> None:

@@ -4,7 +4,8 @@ Layout under the namespace (the session id in a hash tag, as in ``shared.keys``,
 so one session's keys share a cluster slot and one script may touch them all)::
 
     <ns>:s:{<sid>}:state            hash  v, agent, active, fence, created_at, updated_at
-    <ns>:s:{<sid>}:state:branches   hash  p:<b> parent, f:<b> fork, l:<b> length, c:<b> created
+    <ns>:s:{<sid>}:state:branches   hash  p:<b> parent, f:<b> fork, l:<b> length, c:<b> created,
+                                          s:<b> its summaries (state_history.lua)
     <ns>:s:{<sid>}:state:messages   hash  <b>|<sequence> -> message JSON
     <ns>:s:{<sid>}:state:turns      hash  turn_id -> turn record JSON
     <ns>:s:{<sid>}:state:steps      hash  turn_id -> checkpoint JSON (a running turn's steps)
@@ -31,6 +32,7 @@ the SQL store does) and read back as it was.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -51,6 +53,7 @@ from reactq.shared.redis_urls import is_cluster_url
 from reactq.shared.state import listing
 from reactq.shared.state.base import (
     BranchInfo,
+    FileAction,
     SessionInfo,
     SessionPage,
     SessionRecord,
@@ -67,6 +70,8 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
+from reactq.shared.state.redis_documents import RedisDocuments
+from reactq.shared.state.redis_todos import RedisTodos
 from reactq.shared.state.text import dec, dump_extra, dump_parts, enc, load_extra, load_parts
 from reactq.shared.turns import TurnStatus
 
@@ -87,7 +92,7 @@ _DELETE = lua_source(__name__, "state_delete")
 _LIST_BATCH = 200
 
 
-class RedisStateStore:
+class RedisStateStore(RedisDocuments, RedisTodos):
     """The StateStore contract on Redis (redis-py asyncio); see the module docstring.
 
     ``await RedisStateStore.open("redis://host:6379/0?namespace=reactq")``, or pass
@@ -158,6 +163,15 @@ class RedisStateStore:
 
     def _turn_index(self, turn_id: str) -> str:
         return f"{self.namespace}:state:turn:{turn_id}"
+
+    def _file_turns(self, session_id: str) -> str:
+        # The turns of a session that have file actions, for delete_session.
+        return f"{self.namespace}:state:files-of:{{{session_id}}}"
+
+    def _file_keys(self, turn_id: str) -> tuple[str, str]:
+        # One hash tag: the list and its undone mark share a cluster slot.
+        base = f"{self.namespace}:state:files:{{{turn_id}}}"
+        return base, f"{base}:undone"
 
     # --- the protocol -------------------------------------------------------------
 
@@ -261,13 +275,18 @@ class RedisStateStore:
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session's keys, its turns' index entries and its listing entry."""
         reply = [_text(x) for x in await self._delete(keys=self._keys(session_id))]
+        todos = bool(await self.redis.delete(self._todos_key(session_id)))
         created, turn_ids = reply[0], reply[1:]
         for turn_id in turn_ids:
             # One at a time: on a cluster each index key has its own slot.
             await self.redis.delete(self._turn_index(turn_id))
+        filed = [_text(t) for t in await self.redis.smembers(self._file_turns(session_id))]
+        for turn_id in filed:  # the files' old contents go with their workspace
+            await self.redis.delete(*self._file_keys(turn_id))
+        await self.redis.delete(self._file_turns(session_id))
         if created:
             await self.redis.zrem(self._index, _member(float(created), session_id))
-        return bool(created or turn_ids)
+        return bool(created or turn_ids or todos or filed)
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's committed turns, oldest first."""
@@ -378,14 +397,15 @@ class RedisStateStore:
                 branch_id or "",
             ],
         )
-        head = _texts(reply[:7])
+        head = _texts(reply[:8])
         if head[0] == "stale" and fence is not None:
             raise stale(session_id, int(head[1]), fence)
         await self._indexed(session_id, head[5], now)
+        floor = int(head[7])  # the read starts after what the latest summary stands for
         return TurnStart(
             info=_session(session_id, head[1:6]),
             branch_id=head[6],
-            messages=[_message(value, i + 1) for i, value in enumerate(reply[7:])],
+            messages=[_message(value, floor + i + 1) for i, value in enumerate(reply[8:])],
         )
 
     async def commit_turn(
@@ -436,6 +456,7 @@ class RedisStateStore:
             "" if record is None else _dump_record(record),
             repr(now),
             int(committed_elsewhere),
+            _summary_marks(messages),
             *(_dump_message(m, turn_id, now) for m in messages),
         ]
         reply = await self._write_script(keys=self._keys(session_id), args=args)
@@ -458,6 +479,42 @@ class RedisStateStore:
     async def session_usage(self, session_id: str) -> SessionUsage:
         """The session's totals over its committed turns; see StateStore."""
         return SessionUsage.of(session_id, await self.list_turns(session_id))
+
+    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
+        """Append file actions (one RPUSH per turn); see StateStore.record_file_actions."""
+        now = time.time()
+        by_turn: dict[str, list[str]] = {}
+        for action in actions:
+            data = action.model_dump(exclude={"undone_at"})
+            data["created_at"] = action.created_at or now
+            data["before"] = (
+                None if action.before is None else base64.b64encode(action.before).decode()
+            )
+            by_turn.setdefault(action.turn_id, []).append(json.dumps(data))
+        for turn_id, values in by_turn.items():
+            await self.redis.sadd(self._file_turns(actions[0].session_id), turn_id)
+            await self.redis.rpush(self._file_keys(turn_id)[0], *values)
+
+    async def file_actions(self, turn_id: str) -> list[FileAction]:
+        """A turn's file actions, oldest first."""
+        listed, undone = self._file_keys(turn_id)
+        raw = await self.redis.lrange(listed, 0, -1)
+        mark = await self.redis.get(undone) if raw else None
+        out = []
+        for value in raw:
+            data = json.loads(value)
+            if data["before"] is not None:
+                data["before"] = base64.b64decode(data["before"])
+            data["undone_at"] = None if mark is None else float(mark)
+            out.append(FileAction.model_validate(data))
+        return out
+
+    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
+        """Mark a turn's file actions undone, once (SET NX); see StateStore."""
+        listed, undone = self._file_keys(turn_id)
+        if not await self.redis.exists(listed):
+            return False
+        return bool(await self.redis.set(undone, repr(undone_at), nx=True))
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
         """Store a running turn's completed steps; see StateStore.checkpoint_step."""
@@ -600,6 +657,19 @@ def _dump_message(message: ChatMessage, turn_id: str | None, now: float) -> str:
             **({"summary_of": message.summary_of} if message.summary_of is not None else {}),
             **({"parts": dump_parts(message.parts)} if message.parts else {}),
         }
+    )
+
+
+_MARK_MAX = 10**10 - 1
+
+
+def _summary_marks(messages: Sequence[ChatMessage]) -> str:
+    """The summaries among ``messages`` as ``state_write.lua`` lists them: 20 digits
+    each, the message's index from 1 and its ``summary_of`` (clamped to the width)."""
+    return "".join(
+        f"{index:010d}{min(max(m.summary_of, 0), _MARK_MAX):010d}"
+        for index, m in enumerate(messages, 1)
+        if m.summary_of is not None
     )
 
 

@@ -45,6 +45,7 @@ from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
+    FileAction,
     SessionInfo,
     SessionPage,
     SessionRecord,
@@ -61,6 +62,7 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
+from reactq.shared.state.sql_documents import SqlDocuments
 from reactq.shared.state.sql_engines import (
     AsyncTransactions,
     SqliteTransactions,
@@ -72,10 +74,12 @@ from reactq.shared.state.sql_schema import (
     branches,
     dec,
     enc,
+    file_actions,
     sessions,
     turn_checkpoints,
     turns,
 )
+from reactq.shared.state.sql_todos import SqlTodos
 from reactq.shared.turns import TurnStatus
 
 T = TypeVar("T")
@@ -84,7 +88,7 @@ _DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
 _SCHEMA_LOCK_KEY = 0x72656163_7471  # pg advisory lock id: concurrent migrations queue
 
 
-class SqlStateStore:
+class SqlStateStore(SqlDocuments, SqlTodos):
     """The StateStore contract on SQLite or PostgreSQL; see the module docstring.
 
     Build it with ``await SqlStateStore.open(url)`` (or construct, then ``init()``).
@@ -322,7 +326,15 @@ class SqlStateStore:
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session's rows (the audit log's stay); see StateStore."""
-        return await self._write(lambda conn: ops.delete_session(conn, session_id))
+
+        def op(conn: Connection) -> bool:
+            # The files' old contents go with the workspace they were in.
+            files = conn.execute(
+                delete(file_actions).where(file_actions.c.session_id == session_id)
+            )
+            return ops.delete_session(conn, session_id) or bool(files.rowcount)
+
+        return await self._write(op)
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's committed turns, oldest first."""
@@ -479,7 +491,7 @@ class SqlStateStore:
                 return TurnStart(info=info, branch_id=branch, messages=[])
             if info.agent != agent:
                 return TurnStart(info=info, branch_id=branch, messages=[])
-            history = ops.read_branch(conn, session_id, branch)
+            history = ops.read_for_turn(conn, session_id, branch)
             return TurnStart(info=info, branch_id=branch, messages=history)
 
         return await self._write(op)
@@ -560,6 +572,50 @@ class SqlStateStore:
             )
 
         return await self._read(op)
+
+    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
+        """Append file actions in one transaction; see StateStore.record_file_actions."""
+        if not actions:
+            return
+        now = time.time()
+        rows = [
+            {**a.model_dump(exclude={"undone_at"}), "created_at": a.created_at or now}
+            for a in actions
+        ]
+
+        def op(conn: Connection) -> None:
+            conn.execute(insert(file_actions), rows)
+
+        await self._write(op)
+
+    async def file_actions(self, turn_id: str) -> list[FileAction]:
+        """A turn's file actions, oldest first."""
+
+        def op(conn: Connection) -> list[FileAction]:
+            query = (
+                select(file_actions)
+                .where(file_actions.c.turn_id == turn_id)
+                .order_by(file_actions.c.id)
+            )
+            return [
+                FileAction.model_validate({k: v for k, v in row.items() if k != "id"})
+                for row in conn.execute(query).mappings()
+            ]
+
+        return await self._read(op)
+
+    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
+        """Mark a turn's file actions undone, once (one conditional UPDATE)."""
+
+        def op(conn: Connection) -> bool:
+            done = conn.execute(
+                update(file_actions)
+                .where(file_actions.c.turn_id == turn_id, file_actions.c.undone_at.is_(None))
+                .values(undone_at=undone_at)
+            )
+            return bool(done.rowcount)
+
+        return await self._write(op)
 
     async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
         """Store a running turn's completed steps; see StateStore.checkpoint_step.

@@ -36,6 +36,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -51,6 +52,7 @@ from reactq.shared.state.sql_schema import (
     messages,
     sessions,
     to_message,
+    todos,
     turn_checkpoints,
     turns,
 )
@@ -108,7 +110,7 @@ def delete_session(conn: Connection, session_id: str) -> bool:
     """Delete every row of the session's state; whether it had any."""
     found = False
     # Children first: SQLite enforces no foreign keys unless asked to.
-    for table in (messages, branches, turn_checkpoints, turns, sessions):
+    for table in (messages, branches, turn_checkpoints, turns, todos, sessions):
         found = (
             bool(conn.execute(delete(table).where(table.c.session_id == session_id)).rowcount)
             or found
@@ -279,6 +281,13 @@ def read_branch(conn: Connection, session_id: str, branch_id: str | None) -> lis
     return [to_message(row) for row in rows.mappings()]
 
 
+def read_for_turn(conn: Connection, session_id: str, branch_id: str) -> list[ChatMessage]:
+    """What a turn reads of a branch, oldest first, in one statement: the messages its
+    latest summary does not stand for (``summary_of`` + 1 on), all of them without one."""
+    rows = conn.execute(_turn_history(), {"sid": session_id, "bid": branch_id})
+    return [to_message(row) for row in rows.mappings()]
+
+
 @functools.cache
 def _history(*, active: bool) -> Select[Any]:
     """``read_branch``'s query: the branch's messages joined to ``_chain``'s ranges."""
@@ -300,13 +309,72 @@ def _history(*, active: bool) -> Select[Any]:
     )
 
 
+@functools.cache
+def _turn_history() -> Select[Any]:
+    """``read_for_turn``'s query: ``_chain``'s ranges raised to the latest summary's
+    ``summary_of``, then their messages.
+
+    Its cost does not grow with the branch. Each range's latest summary is one
+    backward seek in the partial index ``ix_messages_summaries`` (summaries only); the
+    deepest range that has one holds the branch's latest (the ranges that see any
+    message are disjoint, a child's above its ancestors'). Each range's messages are
+    then one index seek from a single lower bound. Messages join the ranges on the
+    range's session and branch, with no constant of their own, so the planner drives
+    the read from the ranges: given ``session_id = :sid``, SQLite walked every message
+    of the session instead.
+    """
+    sid = bindparam("sid", type_=sessions.c.session_id.type)
+    chain = _chain(sid, bindparam("bid", type_=branches.c.branch_id.type))
+
+    def of_range(table: Any, ranges: Any) -> Any:
+        return and_(
+            table.c.session_id == ranges.c.session_id,
+            table.c.branch_id == ranges.c.branch_id,
+            table.c.sequence > ranges.c.lo,
+            or_(ranges.c.hi.is_(None), table.c.sequence <= ranges.c.hi),
+        )
+
+    summaries = messages.alias("summaries")
+    # A summary_of past the summary itself would read not even the summary.
+    upto = case(
+        (summaries.c.summary_of < summaries.c.sequence, summaries.c.summary_of),
+        else_=summaries.c.sequence - 1,
+    )
+    in_range = (
+        select(upto)
+        .where(of_range(summaries, chain), summaries.c.summary_of.is_not(None))
+        .order_by(summaries.c.sequence.desc())
+        .limit(1)
+        .correlate(chain)
+        .scalar_subquery()
+    )
+    found = select(chain.c.lo, in_range.label("upto")).subquery("found")
+    latest = (
+        select(found.c.upto)
+        .where(found.c.upto.is_not(None))
+        .order_by(found.c.lo.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    floor = select(func.coalesce(latest, 0).label("upto")).subquery("floor")
+    # One lower bound per range: given two, SQLite seeks by one and filters by the other.
+    lo = case((chain.c.lo > floor.c.upto, chain.c.lo), else_=floor.c.upto)
+    ranges = (
+        select(chain.c.session_id, chain.c.branch_id, lo.label("lo"), chain.c.hi)
+        .select_from(chain.join(floor, true()))  # one row: a product, on purpose
+        .cte("ranges")
+    )
+    return select(messages).join(ranges, of_range(messages, ranges)).order_by(messages.c.sequence)
+
+
 def _chain(sid: Any, start: Any) -> CTE:
-    """The branch ``start`` and its ancestors up to the trunk, each with the range of
-    its own messages the branch sees: ``lo < sequence <= hi`` (``hi`` NULL: no bound).
-    The recursive form of ``base.view_ranges``: a parent is capped at its child's
+    """The branch ``start`` and its ancestors up to the trunk (and their session), each
+    with the range of its own messages the branch sees: ``lo < sequence <= hi`` (``hi``
+    NULL: no bound). The recursive form of ``base.view_ranges``: a parent is capped at its child's
     fork point, or at the child's own cap if lower."""
     chain = (
         select(
+            branches.c.session_id,
             branches.c.branch_id,
             branches.c.parent_branch_id.label("parent"),
             func.coalesce(branches.c.fork_sequence, 0).label("lo"),
@@ -322,6 +390,7 @@ def _chain(sid: Any, start: Any) -> CTE:
     )
     return chain.union_all(
         select(
+            up.c.session_id,
             up.c.branch_id,
             up.c.parent_branch_id,
             func.coalesce(up.c.fork_sequence, 0),

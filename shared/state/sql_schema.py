@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -98,6 +99,17 @@ messages = Table(
 )
 # The unique constraint's index serves reads by (session, branch) in sequence order.
 Index("ix_messages_turn", messages.c.turn_id)
+# A turn's read starts after what its branch's latest summary stands for: this finds
+# that summary among the summaries alone, never walking the branch's messages.
+Index(
+    "ix_messages_summaries",
+    messages.c.session_id,
+    messages.c.branch_id,
+    messages.c.sequence,
+    messages.c.summary_of,
+    sqlite_where=messages.c.summary_of.is_not(None),
+    postgresql_where=messages.c.summary_of.is_not(None),
+)
 
 turns = Table(
     "turns",
@@ -146,6 +158,69 @@ audit_events = Table(
     Column("recorded_at", Double, nullable=False),
 )
 Index("ix_audit_events_turn", audit_events.c.turn_id, audit_events.c.id)
+
+# Scheduled turns (``shared/state/schedules.py``): read whole by each beat process.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("schedule_id", String(64), primary_key=True),
+    Column("session_id", String(128), nullable=False, index=True),
+    Column("agent", String(200), nullable=False),
+    Column("message", Text, nullable=False),
+    # Exactly one of cron (five fields, UTC) and every (seconds) is set.
+    Column("cron", String(200), nullable=True),
+    Column("every", Integer, nullable=True),
+    Column("paused", Integer, nullable=False, server_default="0"),
+    Column("created_at", Double, nullable=False),
+    Column("last_run_at", Double, nullable=True),
+    Column("last_turn_id", String(128), nullable=True),
+    Column("last_error", Text, nullable=True),
+    # JSON text (NULL: none).
+    Column("metadata", Text, nullable=True),
+)
+
+# The long-term store (``shared/state/documents.py``): a namespace is stored dotted;
+# the primary key's index serves a search in key order (and by key prefix).
+documents = Table(
+    "documents",
+    metadata,
+    Column("namespace", String(1100), primary_key=True),
+    Column("key", String(256), primary_key=True),
+    # The JSON object, as ASCII JSON text.
+    Column("value", Text, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+# What the file tools did, per turn: changes (with the content they replaced, for
+# undo) and reads (the revision seen, for the stale-file guard). Rows of a turn are
+# read in ``id`` order.
+file_actions = Table(
+    "file_actions",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("session_id", String(128), nullable=False, index=True),
+    Column("turn_id", String(128), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("subagent", String(200), nullable=True),
+    Column("path", Text, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("before", LargeBinary, nullable=True),
+    Column("after_hash", String(64), nullable=True),
+    Column("created_at", Double, nullable=False),
+    Column("undone_at", Double, nullable=True),
+)
+Index("ix_file_actions_turn", file_actions.c.turn_id, file_actions.c.id)
+
+# A session's todo list (``shared/state/todos.py``): replaced whole, one row a session.
+todos = Table(
+    "todos",
+    metadata,
+    Column("session_id", String(128), primary_key=True),
+    # The items, as JSON text.
+    Column("entries", Text, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
 
 
 # --- stored values ------------------------------------------------------------

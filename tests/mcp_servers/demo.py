@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ListToolsResult, PaginatedRequestParams
+from mcp_types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
 
 PAGE_SIZE = 2
 
@@ -38,7 +38,8 @@ class PagedServer(MCPServer):
 server = PagedServer("reactq-demo", warn_on_duplicate_tools=False, log_level="WARNING")
 
 
-@server.tool()
+# Read-only by its annotation: reactq makes it a READ tool (the others, unhinted, WRITE).
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b

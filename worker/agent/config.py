@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from reactq.shared.turn_inputs import OVERRIDABLE
 from reactq.worker.agent.context_policy import ContextPolicy
+from reactq.worker.agent.delegation import DEFAULT_MAX_DELEGATION_DEPTH, Subagent, as_subagents
 from reactq.worker.agent.guardrails import Guardrail, GuardrailCheck, as_guardrails
 from reactq.worker.agent.interventions import Hooks, Interventions, ToolGate
 from reactq.worker.agent.llm.base import RequestOptions
@@ -109,6 +110,10 @@ class LoopConfig:
     """Output token cap per model call (max_completion_tokens for gpt-5.x / o-series)."""
     reasoning_effort: str | None = None
     """Provider reasoning level ("low", "medium", "high"); None leaves it out."""
+    stop_sequences: Sequence[str] | None = None
+    """Text ending a model call (at most 4); None: the mode's own (JSON/PROSE), () for none."""
+    seed: int | None = None
+    """Sampling seed sent with every call, for providers that honour it; None leaves it out."""
     replay_reasoning: bool = True
     """Send the model's reasoning back with its tool calls; False for providers refusing it."""
     repeat_call_limit: int | None = 3
@@ -149,6 +154,12 @@ class LoopConfig:
     """Checks on the final answer; a block replaces it with the guardrail's refusal."""
     guardrails_parallel: bool = False
     """Run the input guardrails beside the first model call (a block cancels it)."""
+    subagents: Sequence[str | Subagent] = ()
+    """Agents it may hand tasks to (``delegate``, ``delegate_parallel``) as child turns."""
+    max_parallel: int = 4
+    """Tasks one ``delegate_parallel`` call may hand out at once."""
+    max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    """How deep a chain of delegations may go below the turn a person submitted."""
 
     def __post_init__(self) -> None:
         model = self.model
@@ -190,6 +201,11 @@ class LoopConfig:
                 name,
                 ("session_max_tokens", "session_max_cost"),
             )
+        object.__setattr__(self, "subagents", as_subagents(self.subagents))
+        for knob in ("max_parallel", "max_delegation_depth"):
+            value = getattr(self, knob)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{knob} must be an int >= 1, got {value!r}")
         for knob in ("input_guardrails", "output_guardrails"):
             object.__setattr__(self, knob, as_guardrails(knob, getattr(self, knob)))
         if self.guardrails_parallel is True and not self.input_guardrails:
@@ -268,11 +284,19 @@ class LoopConfig:
         ``response_format`` of the ``output_type``)."""
         spec = self.output_spec()
         native = self.tool_mode == ToolMode.NATIVE
+        stop = self.stop_sequences
+        if isinstance(stop, str) or not (stop is None or isinstance(stop, Sequence)):
+            raise ValueError(
+                f"stop_sequences must be a list of strings, or None for the mode's own, "
+                f"got {stop!r}"
+            )
         return RequestOptions(
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             reasoning_effort=self.reasoning_effort,
             response_format=spec.response_format() if spec is not None and native else None,
+            stop=tuple(stop) if stop is not None else self.mode_settings().stop,
+            seed=self.seed,
         )
 
 

@@ -9,8 +9,9 @@ Three steps, each later one only when the earlier ones were not enough:
 2. **Compact**, at the start of a turn whose request is over ``compact_at``: the
    oldest part of the conversation is summarised by one model call into a summary
    message (``ChatMessage.summary_of``) that the turn commits with its messages. The
-   store keeps the full history; the model reads a branch from its latest summary on
-   (``model_view``), so a turn costs the same however long the session is.
+   store keeps the full history; a turn's read starts at the latest summary
+   (``StateStore.begin_turn``) and the model reads from it on (``model_view``), so a
+   turn costs the same however long the session is.
 3. **Refuse**: a request that still does not fit ends the turn with
    ``context_length_exceeded`` naming the largest message and the limit. The
    message stays in the history, and the next turn shrinks or summarises it.

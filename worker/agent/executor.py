@@ -286,7 +286,15 @@ class ToolExecutor:
             item.failure = ("tool_denied", f"the call was denied: {refusal}")
         elif item.failure is None:
             item.tool = self.registry.get(call.name)
-            if item.tool is None:
+            hidden = self.registry.hidden_category(call.name) if item.tool is None else None
+            if hidden is not None:
+                allowed = ", ".join(sorted(self.registry.categories or ()))
+                item.failure = (
+                    "tool_denied",
+                    f"{call.name!r} is a {hidden.value} tool, and this agent may use only "
+                    f"{allowed} tools (available: {', '.join(self.registry.names) or 'none'})",
+                )
+            elif item.tool is None:
                 available = ", ".join(self.registry.names) or "none"
                 item.failure = (
                     "unknown_tool",

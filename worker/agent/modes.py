@@ -45,35 +45,70 @@ class ToolMode(StrEnum):
     """ReAct ``Thought:`` / ``Action:`` / ``Action Input:`` / ``Final Answer:`` blocks."""
 
 
+EXAMPLE_HEADING = "\n\nExample (with a tool named get_time):\n"
+
+# Small models follow a worked example far better than a description, and left to
+# themselves they write the tool's result too (invented): the example shows the
+# exchange turn by turn, and the format says where to stop. Describing the result's
+# "Observation (<tool>): ..." form made Qwen2.5 0.5B open every answer with an
+# invented one (bench/text_modes.py): only the example shows it.
 JSON_OUTPUT_FORMAT = """\
 Answer with exactly one JSON object and nothing else.
 To call a tool:
-{"thought": "<why>", "action": "tool", "tool": "<tool name>", "args": {<arguments>}}
-To give your final answer:
-{"thought": "<why>", "action": "final", "answer": "<your answer to the user>"}
-After a tool call you will receive its result as "Observation (<tool>): ..."."""
+{"action": "tool", "tool": "<tool name>", "args": {<arguments>}}
+Then stop and wait: you do not know what the tool returns, so never write its result yourself.
+When a tool's result gives you what you need (or no tool is needed), give your final answer:
+{"action": "final", "answer": "<your answer to the user>"}
+
+Example (with a tool named get_time):
+User: What time is it in Oslo?
+Assistant: {"action": "tool", "tool": "get_time", "args": {"city": "Oslo"}}
+User: Observation (get_time): {"city": "Oslo", "time": "14:05"}
+Assistant: {"action": "final", "answer": "It is 14:05 in Oslo."}"""
 
 PROSE_OUTPUT_FORMAT = """\
-To call a tool, write exactly:
-Thought: <why>
+To call a tool, write exactly these two lines:
 Action: <tool name>
 Action Input: <the arguments as one JSON object>
-Then stop: you will receive "Observation (<tool>): ..." with the result.
-When you can answer, write:
-Thought: <why>
-Final Answer: <your answer to the user>"""
+Then stop and wait: you do not know what the tool returns, so never write its result yourself.
+When a tool's result gives you what you need (or no tool is needed), write:
+Final Answer: <your answer to the user>
+
+Example (with a tool named get_time):
+User: What time is it in Oslo?
+Assistant: Action: get_time
+Action Input: {"city": "Oslo"}
+User: Observation (get_time): {"city": "Oslo", "time": "14:05"}
+Assistant: Final Answer: It is 14:05 in Oslo."""
+
+# The model's own "Observation" is always invented: it has not seen the result yet.
+# Cut it off where it starts rather than parse around it ("\nObservation" leaves a
+# final answer free to use the word).
+TEXT_MODE_STOP = ("\nObservation", "Observation (", "Observation(", "Observation:")
 
 NATIVE_REMINDER = (
     "Your last answer was empty. Answer the user in plain text, or call one of the tools."
 )
+# The reminders say what was wrong and show the two answers that would do.
 JSON_REMINDER = (
-    "Your last answer could not be used ({error}). Answer again with exactly one JSON "
-    'object: {{"action": "tool", "tool": ..., "args": {{...}}}} or '
-    '{{"action": "final", "answer": ...}}.'
+    "Your last answer could not be used: {error}. Answer again with only one JSON object: "
+    '{{"action": "tool", "tool": "<tool name>", "args": {{...}}}} to call a tool (then '
+    "stop: its result comes back to you), or "
+    '{{"action": "final", "answer": "<your answer>"}} when you can answer.'
 )
 PROSE_REMINDER = (
-    "Your last answer could not be used ({error}). Answer again using the exact format: "
-    "Thought:/Action:/Action Input: to call a tool, or Thought:/Final Answer: to answer."
+    "Your last answer could not be used: {error}. Answer again with either the two lines "
+    '"Action: <tool name>" and "Action Input: {{...}}" to call a tool (then stop: its '
+    'result comes back to you), or one line "Final Answer: <your answer>" when you can '
+    "answer."
+)
+# After a result a small model tends to repeat the call or echo the Observation:
+# the result says what comes next.
+JSON_OBSERVATION_NOTE = (
+    'If this answers the question, give your final answer ({"action": "final", ...}) using it.'
+)
+PROSE_OBSERVATION_NOTE = (
+    'If this answers the question, write "Final Answer: " and then your answer from it.'
 )
 
 
@@ -91,6 +126,11 @@ class ModeSettings:
     """The role tool results go back in."""
     retry_reminder: str
     """The user message sent before the one retry (``{error}`` is filled in)."""
+    stop: tuple[str, ...] = ()
+    """Stop sequences every model call carries (the text modes': where the model would
+    start writing a tool's result itself)."""
+    observation_note: str = ""
+    """A line after each tool result in the text modes, saying what to answer next."""
 
     @property
     def native(self) -> bool:
@@ -142,12 +182,16 @@ def resolve_mode(
             f"messages; drop tool_message_role= or use ToolMode.NATIVE"
         )
     is_json = mode is ToolMode.JSON
+    note = JSON_OBSERVATION_NOTE if is_json else PROSE_OBSERVATION_NOTE
     return ModeSettings(
         mode,
         parser or (JsonParser() if is_json else ProseParser()),
         output_format or (JSON_OUTPUT_FORMAT if is_json else PROSE_OUTPUT_FORMAT),
         "user",
         retry_reminder or (JSON_REMINDER if is_json else PROSE_REMINDER),
+        TEXT_MODE_STOP,
+        # A format of the agent's own may answer in other words than the note's.
+        "" if output_format is not None else note,
     )
 
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from reactq.shared.errors import InvalidOutputError
 from reactq.worker.agent.modes import (
+    EXAMPLE_HEADING,
     JSON_OUTPUT_FORMAT,
     PROSE_OUTPUT_FORMAT,
     ModeSettings,
@@ -51,11 +52,12 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "null": type(None),
 }
 
-JSON_STRUCTURED_FORMAT = JSON_OUTPUT_FORMAT.replace(
+# Without the worked example: its final answer is text, which the schema forbids.
+JSON_STRUCTURED_FORMAT = JSON_OUTPUT_FORMAT.split(EXAMPLE_HEADING)[0].replace(
     '"answer": "<your answer to the user>"',
     '"answer": {<a JSON object matching the answer schema>}',
 )
-PROSE_STRUCTURED_FORMAT = PROSE_OUTPUT_FORMAT.replace(
+PROSE_STRUCTURED_FORMAT = PROSE_OUTPUT_FORMAT.split(EXAMPLE_HEADING)[0].replace(
     "Final Answer: <your answer to the user>",
     "Final Answer: <one JSON object matching the answer schema>",
 )

@@ -19,6 +19,11 @@ __all__ = ["JsonParser", "ParsedStep", "Parser", "ProseParser", "find_json_objec
 
 _DECODER = json.JSONDecoder()
 
+EMPTY_ANSWER = (
+    "the answer was empty (an answer that starts with an Observation is cut off there: "
+    "only the tool writes its result)"
+)
+
 
 @dataclass(frozen=True)
 class ParsedStep:
@@ -58,18 +63,48 @@ def find_json_object(text: str, accept: Any = None) -> dict[str, Any] | None:
 
 
 def _is_envelope(value: dict[str, Any]) -> bool:
-    return value.get("action") in ("tool", "final")
+    return value.get("action") in ("tool", "final") or _loose_call(value) is not None
+
+
+def _loose_call(value: dict[str, Any]) -> tuple[str, Any] | None:
+    """(tool, args) of a call written in a shape other than the taught one, or None.
+
+    Small models mix up the envelope: the tool's name in ``"action"``
+    (``{"action": "get_weather", "args": {...}}``, with or without ``"tool"``), or
+    the function-calling shape they were trained on (``{"name": ..., "arguments":
+    ...}``). Each is read as the call it plainly is; ``"final"`` never is one.
+    """
+    action, tool, args = value.get("action"), value.get("tool"), value.get("args")
+    if action == "final":
+        return None
+    if isinstance(tool, str) and tool and isinstance(args, dict):
+        return tool, args
+    if isinstance(action, str) and action and action != "tool" and isinstance(args, dict):
+        return action, args
+    name, arguments = value.get("name"), value.get("arguments")
+    if isinstance(name, str) and name and isinstance(arguments, dict | str):
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                return None
+        return (name, arguments) if isinstance(arguments, dict) else None
+    return None
 
 
 class JsonParser:
     """``{"action": "tool", "tool": ..., "args": {...}}`` or ``{"action": "final", "answer": ...}``.
 
-    An optional ``"thought"`` field is reported as the model's reasoning.
+    An optional ``"thought"`` field is reported as the model's reasoning. The first
+    envelope in the text wins: a call followed by an invented result and answer is
+    the call. A call in a mixed-up shape is read as the call (``_loose_call``).
     """
 
     def parse(self, text: str) -> ParsedStep:
         """Parse one answer (the whole text first, then any envelope inside it)."""
         stripped = text.strip()
+        if not stripped:
+            raise ParserError(EMPTY_ANSWER)
         envelope: Any = None
         try:
             envelope = json.loads(stripped)
@@ -85,6 +120,9 @@ class JsonParser:
             )
         thought = envelope.get("thought")
         thought = thought if isinstance(thought, str) and thought.strip() else None
+        loose = _loose_call(envelope) if envelope.get("action") != "tool" else None
+        if loose is not None:
+            return ParsedStep(tool=loose[0], args=loose[1], thought=thought)
         if envelope["action"] == "final":
             answer = envelope.get("answer")
             if answer is None:
@@ -102,8 +140,12 @@ class JsonParser:
         return ParsedStep(tool=name, args=args, thought=thought)
 
 
+# A role label before a marker ("Assistant: Action: ...") is the worked example's,
+# copied: the marker still counts.
 _PROSE_MARKERS = re.compile(
-    r"^[ \t]*(Thought|Action|Action Input|Observation|Final Answer)[ \t]*:", re.M | re.I
+    r"^[ \t]*(?:Assistant[ \t]*:[ \t]*)?"
+    r"(Thought|Action|Action Input|Observation|Final Answer)[ \t]*:",
+    re.M | re.I,
 )
 
 
@@ -116,6 +158,8 @@ class ProseParser:
 
     def parse(self, text: str) -> ParsedStep:
         """Parse one answer."""
+        if not text.strip():
+            raise ParserError(EMPTY_ANSWER)
         sections: dict[str, str] = {}
         order: list[str] = []
         matches = list(_PROSE_MARKERS.finditer(text))

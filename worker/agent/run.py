@@ -48,6 +48,8 @@ from reactq.worker.agent.context_policy import (
     summarise,
     summary_message,
 )
+from reactq.worker.agent.delegation import CURRENT as CURRENT_DELEGATOR
+from reactq.worker.agent.delegation import DELEGATE, DELEGATE_PARALLEL
 from reactq.worker.agent.fallback import ModelChain, ModelSwitch
 from reactq.worker.agent.guardrails import (
     Guardrail,
@@ -77,6 +79,7 @@ __all__ = [
     "TRUNCATION_MARK",
     "WRAP_UP_PROMPT",
     "AwaitingApproval",
+    "AwaitingChildren",
     "OnStep",
     "Run",
     "RunResult",
@@ -89,6 +92,8 @@ CANNOT_WAIT = (
     "this call needs a person's approval, and this run cannot wait for one (approvals "
     "need the worker pool and native tool calls)"
 )
+
+DELEGATION_TOOLS = frozenset((DELEGATE, DELEGATE_PARALLEL))
 
 OnStep = Callable[[int, list[ChatMessage]], Awaitable[None]]
 """``on_step(completed_steps, new_messages)``: stores a run's checkpoint."""
@@ -145,6 +150,12 @@ class AwaitingApproval(Exception):
         self.calls = calls
 
 
+class AwaitingChildren(AwaitingApproval):
+    """Internal control flow: the run stopped at delegation calls whose child turns
+    still run (an ``AwaitingApproval``, so it leaves the loop and the runner the same
+    way). Its step is checkpointed; the drain parks the turn for its children."""
+
+
 class Run:
     """The state of one ``AgentLoop.run`` call."""
 
@@ -164,7 +175,10 @@ class Run:
         self.emitter = emitter
         self.turn_id = emitter.turn_id
         self.context = context or ToolContext(
-            session_id=emitter.session_id, turn_id=emitter.turn_id, attempt=emitter.attempt
+            session_id=emitter.session_id,
+            turn_id=emitter.turn_id,
+            attempt=emitter.attempt,
+            emitter=emitter,
         )
         self.cancel = cancel
         self.meter = UsageMeter(loop.prices, loop.config.max_total_tokens, loop.config.max_cost)
@@ -183,6 +197,8 @@ class Run:
         self.output_retried = False  # the one retry of an answer that missed output_type
         # Parallel input guardrails: their verdict, raced against the first model call.
         self.input_check: asyncio.Future[GuardrailBlockedError | None] | None = None
+        # What tools add to the system prompt of every call (a todo list), read afresh.
+        self.sections = loop.registry.prompt_sections()
 
     async def execute(
         self, messages: list[ChatMessage], resume: list[ChatMessage] | None = None
@@ -302,8 +318,17 @@ class Run:
                     denied[call.id] = CANNOT_WAIT
                 else:
                     waiting.append(call)
+        # Delegation calls go to the turn's delegator (worker/agent/delegation.py):
+        # outcomes known run with them, the others wait for their child turns.
+        delegated: Mapping[str, ToolContext] = {}
+        children: list[ToolCall] = []
+        delegator = CURRENT_DELEGATOR.get()
+        if delegator is not None:
+            asks = [c for c in calls if c.name in DELEGATION_TOOLS and c.id not in denied]
+            if asks:
+                delegated, children = await delegator.resolve(asks, context)
         # Approved calls never started (they waited for a person): not ``resumed``.
-        handled = [c for c in calls if c not in waiting]
+        handled = [c for c in calls if c not in waiting and c not in children]
         ran = await executor.run_step(
             handled,
             self.emitter,
@@ -312,7 +337,7 @@ class Run:
             seen=self.seen,
             truncated=truncated,
             refused=denied,
-            contexts={c.id: self.context for c in approved},
+            contexts={**{c.id: self.context for c in approved}, **delegated},
         )
         for call, output in zip(handled, ran, strict=True):
             self._add(
@@ -328,6 +353,9 @@ class Run:
             # The calls that ran are kept; the turn resumes here once a person decided.
             await self._checkpoint()
             raise AwaitingApproval(waiting)
+        if children:
+            await self._checkpoint()
+            raise AwaitingChildren(children)
         self.completed += 1
         await self._checkpoint()
 
@@ -388,6 +416,8 @@ class Run:
         refused = {call.id: CANNOT_WAIT} if self._needs_person(call, self.context) else None
         (output,) = await self._tools([call], response.truncated, refused)
         text = f"{OBSERVATION_PREFIX} ({name}): {output}"
+        if self.loop.mode.observation_note:
+            text += "\n" + self.loop.mode.observation_note
         self._add(ChatMessage(role="user", content=text, turn_id=self.turn_id))
         self.step_size = 2
         self.completed += 1
@@ -474,10 +504,11 @@ class Run:
         loop, config = self.loop, self.loop.config
         self._check_stop()
         wire = self.wire if extra is None else [*self.wire, *extra]
+        wire, added = await self._with_sections(wire)
         protect = self.step_size + len(extra or ())
         if config.context_budget is not None:
             wire = fit_context(wire, config.context_budget, protect=protect)
-        wire = self._fit(wire, tools, min(self.current, len(wire) - protect))
+        wire = self._fit(wire, tools, min(self.current + added, len(wire) - protect))
         hooks = config.hooks
         if hooks is not None:
             await call_hook(hooks, "on_llm_start", iteration=self.iteration, messages=wire)
@@ -540,6 +571,26 @@ class Run:
             )
         await self._count(response)
         return response
+
+    async def _with_sections(self, wire: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+        """``wire`` with the tools' prompt sections at the end of its system message (one
+        made when it has none), and how many messages that added (0 or 1)."""
+        texts: list[str] = []
+        for section in self.sections:
+            try:
+                text = await section(self.context)
+            except Exception as exc:  # a section that fails adds nothing; the turn goes on
+                log.warning("a prompt section failed (%s: %s)", type(exc).__name__, exc)
+                continue
+            if text:
+                texts.append(text)
+        if not texts:
+            return wire, 0
+        extra = "\n\n".join(texts)
+        first = wire[0] if wire else {}
+        if first.get("role") == "system" and isinstance(first.get("content"), str):
+            return [{**first, "content": f"{first['content']}\n\n{extra}"}, *wire[1:]], 0
+        return [{"role": "system", "content": extra}, *wire], 1
 
     async def _raced(
         self, call: Awaitable[LLMResponse], check: asyncio.Future[GuardrailBlockedError | None]

@@ -34,7 +34,8 @@ from reactq.shared.errors import (
     StaleLeaseError,
     TurnCommittedError,
 )
-from reactq.shared.events import ErrorEvent, FinalEvent
+from reactq.shared.events import ErrorEvent, FileChangeEvent, FinalEvent
+from reactq.shared.file_undo import describe_changes, discard_turn_files
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.approvals import Decision
 from reactq.shared.state.base import StateStore, StepStore, TurnCheckpoint, TurnRecord
@@ -56,14 +57,23 @@ class AgentRunner:
     """Runs turns of one agent against a state store."""
 
     def __init__(
-        self, loop: AgentLoop, store: StateStore, agent_name: str, steps: StepStore | None = None
+        self,
+        loop: AgentLoop,
+        store: StateStore,
+        agent_name: str,
+        steps: StepStore | None = None,
+        *,
+        workspace_root: str | None = None,
     ) -> None:
         """``steps``: where the turn's completed steps are checkpointed (the store by
-        default; the worker pool keeps them in Redis, ``TurnSteps``)."""
+        default; the worker pool keeps them in Redis, ``TurnSteps``). ``workspace_root``:
+        the file tools' workspaces, as this process mounts them; a turn cancelled or
+        rolled back has its file changes reverted there (``shared/file_undo.py``)."""
         self.loop = loop
         self.store = store
         self.agent_name = agent_name
         self.steps: StepStore = steps if steps is not None else store
+        self.workspace_root = workspace_root
 
     async def run_turn(
         self,
@@ -148,6 +158,7 @@ class AgentRunner:
                     )
                 if checkpoint is not None:
                     await self.steps.discard_checkpoint(session_id, turn_id)
+                    await self._discard_files(emitter)  # an earlier attempt's changes
                 return await emitter.emit(
                     FinalEvent,
                     text=self.loop.config.cancelled_message,
@@ -204,6 +215,8 @@ class AgentRunner:
                 context=dict(context or {}),
                 metadata=dict(metadata or {}),
                 agent=self.agent_name,
+                store=self.store,
+                emitter=emitter,
             )
 
             async def on_step(step: int, steps: list[ChatMessage]) -> None:
@@ -244,6 +257,7 @@ class AgentRunner:
                         config_version=version,
                     )
                 await self.steps.discard_checkpoint(session_id, turn_id)
+                await self._discard_files(emitter)
                 return await emitter.emit(
                     FinalEvent,
                     text=result.text,
@@ -326,6 +340,15 @@ class AgentRunner:
         await self.store.commit_turn(
             session_id, [user, *produced, marker], record, fence=fence, branch_id=branch
         )
+
+    async def _discard_files(self, emitter: TurnEmitter) -> None:
+        """Revert the turn's file changes (it keeps nothing), each reverted file told
+        by a ``file_change`` event."""
+        if self.workspace_root is None:
+            return
+        changes = await discard_turn_files(self.store, self.workspace_root, emitter.turn_id)
+        for fields in describe_changes(changes):
+            await emitter.emit(FileChangeEvent, **fields)
 
     async def _emit_error(self, emitter: TurnEmitter, error: ReactqError) -> None:
         try:

@@ -22,8 +22,11 @@ __all__ = ["DeltaBuffer", "VisibleText"]
 
 _JSON_ACTION = re.compile(r'"action"\s*:\s*"(tool|final)"')
 _JSON_ANSWER = re.compile(r'"answer"\s*:\s*"')
+# The parser's markers (parsers.py), a copied "Assistant:" label before one included.
 _PROSE_MARKER = re.compile(
-    r"^[ \t]*(Thought|Action|Action Input|Observation|Final Answer)[ \t]*:", re.M | re.I
+    r"^[ \t]*(?:Assistant[ \t]*:[ \t]*)?"
+    r"(Thought|Action|Action Input|Observation|Final Answer)[ \t]*:",
+    re.M | re.I,
 )
 _PROSE_KEYWORDS = ("thought", "action", "action input", "observation", "final answer")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}

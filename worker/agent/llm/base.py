@@ -38,6 +38,12 @@ class RequestOptions:
     """A provider reasoning level ("low", "medium", ...); None leaves it out."""
     response_format: Mapping[str, Any] | None = None
     """The ``response_format`` to send as is (a json_schema for structured output)."""
+    stop: tuple[str, ...] = ()
+    """Text that ends the generation where the model writes it (at most 4; the text
+    modes stop it before it writes a tool's result itself). Not sent to the models
+    that refuse it (o-series, gpt-5.x)."""
+    seed: int | None = None
+    """A sampling seed, for providers that honour it (repeatable runs); None leaves it out."""
 
     def __post_init__(self) -> None:
         t = self.temperature
@@ -57,6 +63,16 @@ class RequestOptions:
         f = self.response_format
         if f is not None and not (isinstance(f, Mapping) and isinstance(f.get("type"), str)):
             raise ValueError(f"response_format must be a dict with a 'type', or None; got {f!r}")
+        stop = self.stop
+        if (
+            not isinstance(stop, tuple)
+            or len(stop) > 4
+            or not all(isinstance(x, str) and x for x in stop)
+        ):
+            raise ValueError(f"stop_sequences must be at most 4 non-empty strings, got {stop!r}")
+        seed = self.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
 
     def to_request(self, model: str) -> dict[str, Any]:
         """These options as Chat Completions request keys for ``model``."""
@@ -70,6 +86,12 @@ class RequestOptions:
             out["reasoning_effort"] = self.reasoning_effort
         if self.response_format is not None:
             out["response_format"] = dict(self.response_format)
+        # The reasoning families answer 400 to ``stop``; their text modes rely on the
+        # parsers alone cutting off what the model wrote after its call.
+        if self.stop and not uses_max_completion_tokens(model):
+            out["stop"] = list(self.stop)
+        if self.seed is not None:
+            out["seed"] = self.seed
         return out
 
 

@@ -1,9 +1,10 @@
 """``demo_model``: a stateless stand-in for a real model, for demos and benchmarks.
 
 It decides from the request alone, so any number of workers can share one
-server: a user asking about the weather "in <City>" gets a ``get_weather`` call
-(when that tool is offered); a tool result gets a sentence built from it; any
-other message is echoed.
+server: a user message to an agent with subagents is handed to the first of them
+(a ``delegate`` call); a user asking about the weather "in <City>" gets a
+``get_weather`` call (when that tool is offered); a tool result gets a sentence
+built from it; any other message is echoed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def _offered_tools(request: Mapping[str, Any]) -> set[str]:
 
 
 def _describe(result: str) -> str:
+    if result.startswith(PREFIX):  # another agent's answer (a subagent's, delegated to)
+        return result.removeprefix(PREFIX)
     try:
         data = json.loads(result)
     except ValueError:
@@ -54,6 +57,16 @@ def _describe(result: str) -> str:
     if temp is not None and city:
         return f"It is {temp}°C" + (f" and {cond}" if cond else "") + f" in {city}."
     return f"The tool said: {json.dumps(data, ensure_ascii=False)}"
+
+
+def _subagents(request: Mapping[str, Any]) -> list[str]:
+    """The agents the ``delegate`` tool offers (its schema's enum), if it is offered."""
+    for entry in request.get("tools") or []:
+        function = entry.get("function") if isinstance(entry, Mapping) else None
+        if isinstance(function, Mapping) and function.get("name") == "delegate":
+            agent = function.get("parameters", {}).get("properties", {}).get("agent", {})
+            return [str(a) for a in agent.get("enum") or []]
+    return []
 
 
 def demo_model(request: Mapping[str, Any]) -> Reply:
@@ -71,6 +84,9 @@ def demo_model(request: Mapping[str, Any]) -> Reply:
     user_text = next(
         (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
     )
+    subagents = _subagents(request)
+    if last.get("role") == "user" and subagents:
+        return Reply.tool_calls([("delegate", {"agent": subagents[0], "task": user_text})])
     if last.get("role") == "user" and "get_weather" in _offered_tools(request):
         match = _CITY_RE.search(user_text)
         if match:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from reactq.shared.errors import MCPError, ToolError
 from reactq.worker.agent.mcp.client import MCPClient
 from reactq.worker.agent.mcp.content import ToolErrorScreen, result_text, screen_error
-from reactq.worker.agent.tools import Registry, Tool, ToolContext
+from reactq.worker.agent.tools import Registry, Tool, ToolCategory, ToolContext
 
 if TYPE_CHECKING:
     from mcp_types import Tool as MCPToolSpec
@@ -43,9 +43,16 @@ class MCPTool(Tool):
         timeout: float | None = None,
     ) -> None:
         description = spec.description or spec.title or f"The MCP tool {spec.name}."
-        writes = bool(spec.annotations and spec.annotations.read_only_hint is False)
+        # MCP's default is "may change things": only a server's readOnlyHint makes it READ.
+        reads = bool(spec.annotations and spec.annotations.read_only_hint is True)
         super().__init__(
-            _placeholder, name=name, description=description, timeout=timeout, writes=writes
+            _placeholder,
+            name=name,
+            description=description,
+            timeout=timeout,
+            category=ToolCategory.READ if reads else ToolCategory.WRITE,
+            source="mcp",
+            origin=provider.client.name,
         )
         self.provider = provider
         self.remote_name = spec.name

@@ -14,15 +14,20 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from reactq.shared.catalogue import ToolCategory, ToolInfo, ToolSource
 from reactq.shared.errors import ToolError
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "tool"]
+if TYPE_CHECKING:
+    from reactq.shared.bus import TurnEmitter
+    from reactq.shared.state.base import StateStore
+
+__all__ = ["PromptSection", "Tool", "ToolArgumentsError", "ToolCategory", "ToolContext", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -50,6 +55,16 @@ class ToolContext:
     """The turn's metadata, as the producer passed it."""
     agent: str = ""
     """The agent that runs the turn."""
+    store: StateStore | None = field(default=None, repr=False, compare=False)
+    """The state store the turn runs against (None outside a runner): what tools that
+    keep per-session records across workers (the todo list) read and write."""
+    emitter: TurnEmitter | None = field(default=None, repr=False, compare=False)
+    """Publishes events on the turn's stream (None outside a run)."""
+
+
+PromptSection: TypeAlias = Callable[[ToolContext], Awaitable[str | None]]
+"""Text a tool adds to the system prompt of every model call (``Tool(prompt_section=...)``):
+called before each call with the turn's context; None or "" adds nothing."""
 
 
 class ToolArgumentsError(ToolError):
@@ -70,10 +85,21 @@ class Tool:
         timeout: float | None = None,
         writes: bool = False,
         requires_approval: bool = False,
+        category: ToolCategory | str | None = None,
+        source: ToolSource | None = None,
+        origin: str | None = None,
+        prompt_section: PromptSection | None = None,
     ) -> None:
         self.fn = fn
-        self.writes = bool(writes)
-        """True when the tool changes something: it then runs alone, never alongside others."""
+        self.category: ToolCategory = _category(category, writes, name or fn.__name__)
+        """READ, WRITE or META: only READ tools of one step run side by side."""
+        inferred, module = _source_of(fn)
+        self.source: ToolSource = source or inferred
+        """Where the tool comes from (local, bundle, mcp, builtin)."""
+        self.origin: str | None = origin if origin is not None else module
+        """The bundle or MCP server it comes from (None for a local tool)."""
+        self.prompt_section: PromptSection | None = prompt_section
+        """Adds to the system prompt of every model call (its todo list, for one)."""
         self.requires_approval = bool(requires_approval)
         """True when every call waits for a person's decision before it runs (the turn is
         parked meanwhile: see ``Producer.approve``)."""
@@ -99,6 +125,24 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool(name={self.name!r})"
+
+    @property
+    def writes(self) -> bool:
+        """True unless the tool is READ: it then runs alone, never alongside others."""
+        return self.category is not ToolCategory.READ
+
+    def info(self) -> ToolInfo:
+        """The tool as the catalogue lists it."""
+        return ToolInfo(
+            name=self.name,
+            description=self.description,
+            category=self.category,
+            source=self.source,
+            origin=self.origin,
+            parameters=self.parameters,
+            requires_approval=self.requires_approval,
+            timeout=self.timeout,
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly (no validation), as if undecorated."""
@@ -156,6 +200,7 @@ def tool(
     timeout: float | None = None,
     writes: bool = False,
     requires_approval: bool = False,
+    category: ToolCategory | str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -166,11 +211,15 @@ def tool(
     timeout: float | None = None,
     writes: bool = False,
     requires_approval: bool = False,
+    category: ToolCategory | str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a Tool; use as ``@tool`` or ``@tool(name=..., timeout=..., writes=True)``.
 
-    Consecutive calls of read-only tools in one step run concurrently; a tool
-    marked ``writes=True`` runs alone, in the order the model asked. A tool marked
+    ``category`` is READ, WRITE or META (``ToolCategory``); without one a tool is
+    READ, or WRITE when marked ``writes=True`` (shorthand for
+    ``category=ToolCategory.WRITE``). Consecutive calls of READ tools in one step
+    run concurrently; the others run alone, in the order the model asked. An agent
+    may expose only some categories (``Agent(tool_categories=...)``). A tool marked
     ``requires_approval=True`` runs only once a person approved the call; on the
     worker pool the turn waits parked, holding no worker, until then.
 
@@ -187,9 +236,38 @@ def tool(
             timeout=timeout,
             writes=writes,
             requires_approval=requires_approval,
+            category=category,
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _category(category: ToolCategory | str | None, writes: bool, name: str) -> ToolCategory:
+    """The tool's category: the one given, else WRITE for ``writes=True``, else READ."""
+    if category is None:
+        return ToolCategory.WRITE if writes else ToolCategory.READ
+    try:
+        found = ToolCategory(category)
+    except ValueError:
+        known = ", ".join(c.value for c in ToolCategory)
+        raise ValueError(f"tool {name!r}: unknown category {category!r}: use {known}") from None
+    if writes and found is ToolCategory.READ:
+        raise ValueError(
+            f"tool {name!r}: writes=True conflicts with category=READ: drop writes=, or "
+            "give category=WRITE"
+        )
+    return found
+
+
+def _source_of(fn: Callable[..., Any]) -> tuple[ToolSource, str | None]:
+    """Where a function comes from, by its module: a bundle (and which), reactq's own
+    code, or the agent's."""
+    module = getattr(fn, "__module__", None) or ""
+    if module.startswith("reactq.bundles."):
+        return "bundle", module.removeprefix("reactq.bundles.").split(".")[0]
+    if module.startswith("reactq."):
+        return "builtin", None
+    return "local", None
 
 
 def _first_paragraph(doc: str | None) -> str:

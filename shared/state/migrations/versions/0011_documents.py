@@ -1,4 +1,4 @@
-"""Reserved for issue 20 item 6 (the long-term store): fill in this revision's tables (an empty revision until then).
+"""The long-term store: namespaced JSON documents kept across sessions.
 
 Revision ID: 0011
 Revises: 0010
@@ -7,6 +7,9 @@ Create Date: 2026-11-30
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+from alembic import op
+
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
@@ -14,8 +17,15 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pass
+    op.create_table(
+        "documents",
+        sa.Column("namespace", sa.String(1100), primary_key=True),
+        sa.Column("key", sa.String(256), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+        sa.Column("created_at", sa.Double, nullable=False),
+        sa.Column("updated_at", sa.Double, nullable=False),
+    )
 
 
 def downgrade() -> None:
-    pass
+    op.drop_table("documents")

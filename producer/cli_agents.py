@@ -1,0 +1,85 @@
+"""The ``reactq`` subcommands about the pool's agents: ``reactq agents`` and
+``reactq tools AGENT``, read from the worker registry (no agent code is loaded)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from reactq.producer.client import Producer
+from reactq.shared.settings import Settings
+
+
+def add_agents_commands(sub: Any, command: Callable[..., Any]) -> None:
+    """Add ``agents`` and ``tools`` to the ``reactq`` parser's subparsers;
+    ``command(sub, name, summary, details)`` makes one."""
+    agents = command(
+        sub,
+        "agents",
+        "list the agents the pool hosts",
+        "Every agent a worker announced in Redis: its version, whether a worker hosting it "
+        "is live (beat within REACTQ_HEARTBEAT_SECONDS), and how many tools it offers.",
+    )
+    agents.add_argument("--json", action="store_true", help="one JSON agent per line")
+    tools = command(
+        sub,
+        "tools",
+        "list an agent's tools",
+        "The tools the agent's model sees, as its workers published them: each one's "
+        "category (read, write, meta), source (local, bundle, mcp, builtin) and, with "
+        "--json, its JSON schema.",
+    )
+    tools.add_argument("agent", help="the agent's name")
+    tools.add_argument("--json", action="store_true", help="one JSON object: the catalogue")
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def _agents(args: argparse.Namespace) -> int:
+    async with Producer(Settings.from_env()) as producer:
+        found = await producer.agents()
+    for agent in found:
+        if args.json:
+            print(agent.model_dump_json())
+            continue
+        tools = "?" if agent.tools is None else str(agent.tools)
+        mode = ",".join(agent.tool_categories) if agent.tool_categories else "all"
+        print(
+            f"{agent.name}  {'live' if agent.live else 'gone'}  version {agent.config_version}  "
+            f"tools {tools} ({mode})  last seen {_when(agent.last_seen)} on {agent.worker}"
+        )
+    return 0
+
+
+async def _tools(args: argparse.Namespace) -> int:
+    async with Producer(Settings.from_env()) as producer:
+        catalogue = await producer.agent_tools(args.agent)
+    if args.json:
+        print(catalogue.model_dump_json())
+        return 0
+    if catalogue.tool_categories:
+        shown = ", ".join(catalogue.tool_categories)
+        print(f"{catalogue.agent}: only {shown} tools (version {catalogue.config_version})")
+    width = max((len(t.name) for t in catalogue.tools), default=4)
+    for t in catalogue.tools:
+        source = t.source if t.origin is None else f"{t.source}:{t.origin}"
+        params = ", ".join(t.parameters.get("properties") or {})
+        print(
+            f"{t.name:<{width}}  {t.category.value:<5}  {source:<14}  ({params})  {t.description}"
+        )
+    if not catalogue.tools:
+        print(f"{catalogue.agent} has no tools")
+    return 0
+
+
+AGENTS_HANDLERS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
+    "agents": _agents,
+    "tools": _tools,
+}
+"""Subcommand -> its coroutine."""

@@ -1,0 +1,112 @@
+"""``Producer.store``: the long-term store, JSON documents in namespaces that outlive
+sessions (``shared/state/documents.py`` says what a namespace, a key and a value may
+be). They live in the state database, beside the conversations::
+
+    await producer.store.put(("users", "u-42"), "diet", {"text": "vegetarian"})
+    doc = await producer.store.get(("users", "u-42"), "diet")
+    page = await producer.store.search("users.u-42", query="veget", filter={"kind": "pref"})
+
+``Producer.state_store()`` is the state store itself (it was ``Producer.store()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from reactq.shared.state import StateStore
+from reactq.shared.state.documents import (
+    Document,
+    DocumentPage,
+    NamespaceLike,
+    check_key,
+    check_namespace,
+)
+
+__all__ = ["Document", "DocumentPage", "LongTermStore", "SyncLongTermStore"]
+
+
+class LongTermStore:
+    """Namespaced JSON documents in the state database."""
+
+    def __init__(self, open_store: Callable[[], Awaitable[StateStore]]) -> None:
+        self._open = open_store
+
+    async def put(self, namespace: NamespaceLike, key: str, value: Mapping[str, Any]) -> Document:
+        """Store the JSON object ``value`` under ``key`` in ``namespace`` (replacing what
+        was there) and return the document. InvalidNamespaceError, InvalidDocumentError
+        (a malformed key, a value that is not a JSON object or is over 1 MiB)."""
+        check_namespace(namespace)
+        check_key(key)
+        return await (await self._open()).put_document(namespace, key, value)
+
+    async def get(self, namespace: NamespaceLike, key: str) -> Document | None:
+        """The document, or None."""
+        check_namespace(namespace)
+        check_key(key)
+        return await (await self._open()).get_document(namespace, key)
+
+    async def delete(self, namespace: NamespaceLike, key: str) -> bool:
+        """Forget the document; False when there was none."""
+        check_namespace(namespace)
+        check_key(key)
+        return await (await self._open()).delete_document(namespace, key)
+
+    async def search(
+        self,
+        namespace: NamespaceLike,
+        *,
+        query: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        prefix: str | None = None,
+        limit: int = 10,
+        cursor: str | None = None,
+    ) -> DocumentPage:
+        """The namespace's documents in key order, at most ``limit`` (1-1000) a page:
+        those whose key starts with ``prefix``, whose value has every field of
+        ``filter`` with that value, and whose key or a text value contains ``query``
+        (case-insensitively). Pass a page's ``next_cursor`` as ``cursor``."""
+        check_namespace(namespace)
+        return await (await self._open()).search_documents(
+            namespace, prefix=prefix, filter=filter, query=query, limit=limit, cursor=cursor
+        )
+
+
+class SyncLongTermStore:
+    """``SyncProducer.store``: the long-term store's calls, blocking."""
+
+    def __init__(self, store: LongTermStore, run: Callable[[Awaitable[Any]], Any]) -> None:
+        self._store = store
+        self._run = run
+
+    def put(self, namespace: NamespaceLike, key: str, value: Mapping[str, Any]) -> Document:
+        """Store a JSON object under ``key`` (see ``LongTermStore.put``)."""
+        document: Document = self._run(self._store.put(namespace, key, value))
+        return document
+
+    def get(self, namespace: NamespaceLike, key: str) -> Document | None:
+        """The document, or None."""
+        document: Document | None = self._run(self._store.get(namespace, key))
+        return document
+
+    def delete(self, namespace: NamespaceLike, key: str) -> bool:
+        """Forget the document; False when there was none."""
+        return bool(self._run(self._store.delete(namespace, key)))
+
+    def search(
+        self,
+        namespace: NamespaceLike,
+        *,
+        query: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        prefix: str | None = None,
+        limit: int = 10,
+        cursor: str | None = None,
+    ) -> DocumentPage:
+        """A page of the namespace's documents (see ``LongTermStore.search``)."""
+        page: DocumentPage = self._run(
+            self._store.search(
+                namespace, query=query, filter=filter, prefix=prefix, limit=limit, cursor=cursor
+            )
+        )
+        return page

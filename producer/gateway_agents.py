@@ -1,0 +1,77 @@
+"""The gateway's agent routes: which agents the pool hosts, and each one's tools.
+``gateway.py`` mounts them under ``/v1``, behind the API key::
+
+    GET /v1/agents                 the agents workers announced, by name
+    GET /v1/agents/{name}/tools    the agent's tools: category, source, JSON schema   404
+
+The gateway loads no agent code: both answers come from the worker registry, where
+every worker publishes its agents' catalogues (``shared/protocol/registry.py``). A
+key limited to some agents (``agents=`` in ``REACTQ_API_KEYS``) lists those only, and
+any other answers 404 as if no worker hosted it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field
+
+from reactq.producer.client import Producer
+from reactq.producer.gateway_errors import GatewayError
+from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
+from reactq.producer.gateway_scopes import scope_of
+from reactq.shared.catalogue import AgentInfo, AgentTools
+from reactq.shared.protocol.registry import WorkerRegistry
+
+__all__ = ["AgentList", "router"]
+
+AgentName = Annotated[str, PathParam(pattern=AGENT_PATTERN, description="The agent's name")]
+
+router = APIRouter(tags=["agents"])
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No worker hosts the agent (``unknown_agent``)"}
+}
+
+
+class AgentList(BaseModel):
+    """``GET /v1/agents``: the agents the pool hosts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agents: list[AgentInfo] = Field(default_factory=list)
+    """Every agent a worker announced (and the key may see), by name."""
+
+
+def _registry(request: Request) -> tuple[WorkerRegistry, float]:
+    producer: Producer = request.app.state.gateway.producer
+    return WorkerRegistry(producer.redis, producer.keys), producer.settings.heartbeat_seconds
+
+
+@router.get("/agents", response_model=AgentList)
+async def list_agents(request: Request) -> AgentList:
+    """The agents workers announced: each one's version, last announcement, whether a
+    worker hosting it is live, and how many tools it offers."""
+    registry, window = _registry(request)
+    scope = scope_of(request)
+    found = await registry.agents(live_within=window)
+    return AgentList(agents=[a for a in found if scope is None or scope.may_run(a.name)])
+
+
+@router.get("/agents/{name}/tools", response_model=AgentTools, responses=_NOT_FOUND)
+async def agent_tools(request: Request, name: AgentName) -> AgentTools:
+    """The tools the agent's model sees, each with its category (read, write, meta),
+    source (local, bundle, mcp, builtin), origin and JSON schema."""
+    scope = scope_of(request)
+    registry, _window = _registry(request)
+    # Another agent than the key's answers like one no worker hosts.
+    catalogue = await registry.catalogue(name) if scope is None or scope.may_run(name) else None
+    if catalogue is None:
+        raise GatewayError(
+            f"no worker hosts an agent named {name!r} (or none published its tools)",
+            status=404,
+            error_code="unknown_agent",
+        )
+    return catalogue

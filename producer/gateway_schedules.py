@@ -1,0 +1,296 @@
+"""The gateway's schedule routes: scheduled turns, fired by ``reactq beat``.
+``gateway.py`` mounts them under ``/v1``, behind the API key::
+
+    POST   /v1/schedules                      add one                201 404 409 413 422
+    GET    /v1/schedules?session_id=          list them, oldest first
+    GET    /v1/schedules/{id}                 one                    404
+    POST   /v1/schedules/{id}/pause           stop it firing         404
+    POST   /v1/schedules/{id}/resume          fire again from its next tick  404
+    DELETE /v1/schedules/{id}                 remove it              204 404
+
+A key scoped to a tenant sees and touches only the schedules of its sessions: the
+others answer 404 ``schedule_not_found`` as if they did not exist, and adding one to
+a session outside its prefix answers 404 ``session_not_found`` (``gateway_scopes``);
+a read-only key gets 403 on every write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field
+
+from reactq.producer.client import Producer
+from reactq.producer.gateway_errors import GatewayError, state_store_errors
+from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
+from reactq.producer.gateway_scopes import KeyScope, scope_of
+from reactq.shared.errors import (
+    AgentMismatchError,
+    EmptyMessageError,
+    InvalidMessageError,
+    InvalidMetadataError,
+    InvalidScheduleError,
+    InvalidSessionIdError,
+    MessageTooLargeError,
+    ScheduleNotFoundError,
+    UnknownAgentError,
+)
+from reactq.shared.schedules import SCHEDULE_ID_PATTERN, Schedule
+from reactq.shared.turns import SESSION_ID_RE
+
+__all__ = ["router"]
+
+
+ScheduleId = Annotated[
+    str, PathParam(pattern=SCHEDULE_ID_PATTERN, description="The schedule (sch_ + 16 hex)")
+]
+ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
+
+
+def _producer(request: Request) -> Producer:
+    producer: Producer = request.app.state.gateway.producer
+    return producer
+
+
+ProducerDep = Annotated[Producer, Depends(_producer)]
+
+
+class ScheduleCreate(BaseModel):
+    """A scheduled turn to add: exactly one of ``cron`` and ``every``."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    # The producer checks the id's rules (422 ``invalid_session_id``, ``body.session_id``).
+    session_id: str = Field(max_length=200)
+    """The session its turns run in."""
+    agent: str = Field(pattern=AGENT_PATTERN)
+    """The agent that runs them: one a worker of the pool hosts (else 422)."""
+    message: str
+    """The user message of each turn (not blank, at most REACTQ_MAX_MESSAGE_BYTES)."""
+    cron: str | None = Field(None, max_length=200)
+    """Five cron fields, evaluated in UTC: ``"0 9 * * 1-5"`` (else 422 ``invalid_schedule``)."""
+    every: int | None = None
+    """Or: seconds between ticks, counted from now (a whole number >= 1)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Kept on each turn it submits, beside ``schedule_id`` and ``scheduled_for``."""
+
+
+class ScheduleList(BaseModel):
+    """Schedules, oldest first."""
+
+    schedules: list[Schedule]
+    """The schedules the key may see."""
+
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such schedule (``schedule_not_found``)"}
+}
+
+# The producer's refusals -> (HTTP status, the field at fault).
+_REFUSALS: list[tuple[type[Exception], int, str | None]] = [
+    (InvalidSessionIdError, 422, "body.session_id"),
+    (InvalidScheduleError, 422, None),
+    (EmptyMessageError, 422, "body.message"),
+    (MessageTooLargeError, 413, "body.message"),
+    (InvalidMessageError, 422, "body.message"),
+    (InvalidMetadataError, 422, "body.metadata"),
+    (UnknownAgentError, 422, "body.agent"),
+    (AgentMismatchError, 409, "body.agent"),
+    (ScheduleNotFoundError, 404, None),
+]
+
+
+@contextlib.contextmanager
+def _answers(body: ScheduleCreate | None = None) -> Iterator[None]:
+    """The producer's refusals as the gateway's error bodies."""
+    try:
+        with state_store_errors():
+            yield
+    except tuple(cls for cls, _, _ in _REFUSALS) as exc:
+        status, field = next((s, f) for cls, s, f in _REFUSALS if isinstance(exc, cls))
+        if isinstance(exc, InvalidScheduleError) and body is not None:
+            field = "body.cron" if body.cron is not None else "body.every"
+        code, message = getattr(exc, "code", "invalid_request"), getattr(exc, "message", "")
+        raise GatewayError(message, status=status, error_code=code, field=field) from None
+
+
+def _only_query(*names: str) -> Any:
+    """A dependency refusing query parameters other than ``names`` (a misspelt filter
+    would otherwise list every schedule)."""
+
+    async def check(request: Request) -> None:
+        for name in request.query_params:
+            if name not in names:
+                raise GatewayError(
+                    f"unknown query parameter {name[:60]!r}"
+                    + (f": use {', '.join(names)}" if names else ""),
+                    status=422,
+                    error_code="invalid_request",
+                    field=f"query.{name[:60]}",
+                )
+
+    return Depends(check)
+
+
+router = APIRouter(tags=["schedules"])
+# Every route but the listing takes no query parameter.
+_NO_QUERY = [_only_query()]
+
+
+def _hidden(schedule_id: str) -> GatewayError:
+    return GatewayError(
+        f"no schedule {schedule_id!r}", status=404, error_code=ScheduleNotFoundError.code
+    )
+
+
+async def _visible(producer: Producer, scope: KeyScope | None, schedule_id: str) -> Schedule:
+    """The schedule, if the key may see it (else 404, whether it exists or not)."""
+    with _answers():
+        found = await producer.get_schedule(schedule_id)
+    if found is None or (scope is not None and not scope.sees_session(found.session_id)):
+        raise _hidden(schedule_id)
+    return found
+
+
+@router.post(
+    "/schedules",
+    status_code=201,
+    response_model=Schedule,
+    summary="Add a scheduled turn",
+    dependencies=_NO_QUERY,
+    responses={
+        404: {
+            "model": ErrorBody,
+            "description": "A session outside the key's tenant (``session_not_found``)",
+        },
+        409: {
+            "model": ErrorBody,
+            "description": "The session is another agent's (``agent_mismatch``)",
+        },
+        413: {
+            "model": ErrorBody,
+            "description": "The message is over REACTQ_MAX_MESSAGE_BYTES (``body.message``)",
+        },
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid input, including input the schema allows but the pool "
+            "refuses: a cron expression that is not five valid fields or never fires, or "
+            "an interval under 1 s, or both or neither (``invalid_schedule``, ``body.cron`` / "
+            "``body.every``), a session id outside [A-Za-z0-9._:-]{1,128} "
+            "(``invalid_session_id``), an agent no worker hosts (``unknown_agent``), an "
+            "empty message (``empty_message``); ``field`` says which",
+        },
+    },
+)
+async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: ScopeDep) -> Schedule:
+    """Store a schedule; ``reactq beat`` submits its turn at each tick."""
+    if scope is not None and SESSION_ID_RE.fullmatch(body.session_id):
+        if not scope.sees_session(body.session_id):
+            raise GatewayError(
+                f"no session {body.session_id!r}", status=404, error_code="session_not_found"
+            )
+    if scope is not None and not scope.may_run(body.agent):
+        # As an agent nobody hosts, so a key does not learn which others exist.
+        raise GatewayError(
+            f"no worker hosts agent {body.agent!r}",
+            status=422,
+            error_code=UnknownAgentError.code,
+            field="body.agent",
+        )
+    with _answers(body):
+        return await producer.add_schedule(
+            body.session_id,
+            body.message,
+            agent=body.agent,
+            cron=body.cron,
+            every=body.every,
+            metadata=body.metadata,
+        )
+
+
+@router.get(
+    "/schedules",
+    response_model=ScheduleList,
+    summary="List scheduled turns",
+    dependencies=[_only_query("session_id")],
+)
+async def list_schedules(
+    producer: ProducerDep,
+    scope: ScopeDep,
+    session_id: Annotated[
+        str | None, Query(pattern=SESSION_ID_RE.pattern, description="Only this session's")
+    ] = None,
+) -> ScheduleList:
+    """Every schedule the key may see (of one session, when given), oldest first."""
+    with _answers():
+        found = await producer.list_schedules(session_id)
+    if scope is not None:
+        found = [s for s in found if scope.sees_session(s.session_id)]
+    return ScheduleList(schedules=found)
+
+
+@router.get(
+    "/schedules/{schedule_id}",
+    response_model=Schedule,
+    summary="A scheduled turn",
+    dependencies=_NO_QUERY,
+    responses=_NOT_FOUND,
+)
+async def get_schedule(schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep) -> Schedule:
+    """Its timing, whether it is paused, the tick it last fired for and its last turn
+    (or why that firing submitted nothing)."""
+    return await _visible(producer, scope, schedule_id)
+
+
+@router.post(
+    "/schedules/{schedule_id}/pause",
+    response_model=Schedule,
+    summary="Pause a scheduled turn",
+    dependencies=_NO_QUERY,
+    responses=_NOT_FOUND,
+)
+async def pause_schedule(
+    schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep
+) -> Schedule:
+    """It fires nothing until resumed."""
+    await _visible(producer, scope, schedule_id)
+    with _answers():
+        return await producer.pause_schedule(schedule_id)
+
+
+@router.post(
+    "/schedules/{schedule_id}/resume",
+    response_model=Schedule,
+    summary="Resume a scheduled turn",
+    dependencies=_NO_QUERY,
+    responses=_NOT_FOUND,
+)
+async def resume_schedule(
+    schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep
+) -> Schedule:
+    """It fires again from its next tick (the ticks missed while paused are not made up)."""
+    await _visible(producer, scope, schedule_id)
+    with _answers():
+        return await producer.resume_schedule(schedule_id)
+
+
+@router.delete(
+    "/schedules/{schedule_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Remove a scheduled turn",
+    dependencies=_NO_QUERY,
+    responses=_NOT_FOUND,
+)
+async def delete_schedule(
+    schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep
+) -> Response:
+    """Remove it; the turns it submitted stay."""
+    await _visible(producer, scope, schedule_id)
+    with _answers():
+        await producer.delete_schedule(schedule_id)
+    return Response(status_code=204)

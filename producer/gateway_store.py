@@ -1,0 +1,197 @@
+"""The gateway's long-term store routes: namespaced JSON documents that outlive
+sessions (``Producer.store``). ``gateway.py`` mounts them under ``/v1``, behind the API
+key; a namespace is written dotted (``users.u-42``)::
+
+    GET    /v1/store/{namespace}          search: prefix, query, filter=K=V, limit, cursor
+    GET    /v1/store/{namespace}/{key}    one document                      404
+    PUT    /v1/store/{namespace}/{key}    store {"value": {...}}            422
+    DELETE /v1/store/{namespace}/{key}    forget it                         404
+
+A key scoped to a tenant reaches the namespaces whose dotted name starts with its
+prefix, as it reaches the sessions whose id does (404 for the others, like a missing
+document); a read-only key cannot write (``gateway_scopes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict
+
+from reactq.producer.client import Producer
+from reactq.producer.gateway_errors import GatewayError, state_store_errors
+from reactq.producer.gateway_models import ErrorBody
+from reactq.producer.gateway_sessions import MetadataPair
+from reactq.producer.gateway_sessions import _metadata_filter as pairs_filter
+from reactq.producer.gateway_sessions import _only_query as only_query
+from reactq.shared.errors import InvalidCursorError, InvalidDocumentError
+from reactq.shared.state.documents import MAX_SEARCH_LIMIT, Document, DocumentPage
+
+NAMESPACE_PATTERN = r"^[A-Za-z0-9_:@+-]{1,128}(\.[A-Za-z0-9_:@+-]{1,128}){0,7}$"
+KEY_PATTERN = r"^[A-Za-z0-9._:@+-]{1,256}$"
+
+Namespace = Annotated[
+    str,
+    PathParam(
+        pattern=NAMESPACE_PATTERN,
+        description="The namespace, dotted: 1-8 segments of [A-Za-z0-9_:@+-] (users.u-42)",
+    ),
+]
+Key = Annotated[
+    str, PathParam(pattern=KEY_PATTERN, description="The document's key: [A-Za-z0-9._:@+-]")
+]
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such document (``document_not_found``)"}
+}
+
+
+class DocumentWrite(BaseModel):
+    """A document to store."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    value: dict[str, Any]
+    """The JSON object to store (at most 1 MiB as JSON); replaces what the key held."""
+
+
+class DocumentDeleted(BaseModel):
+    """A document the store forgot."""
+
+    namespace: tuple[str, ...]
+    """Its namespace's segments."""
+    key: str
+    """Its key."""
+
+
+def _producer(request: Request) -> Producer:
+    producer: Producer = request.app.state.gateway.producer
+    return producer
+
+
+ProducerDep = Annotated[Producer, Depends(_producer)]
+
+router = APIRouter(tags=["store"])
+
+
+def _missing(namespace: str, key: str) -> GatewayError:
+    return GatewayError(
+        f"no document {key!r} in namespace {namespace!r}",
+        status=404,
+        error_code="document_not_found",
+    )
+
+
+@contextlib.contextmanager
+def _answers() -> Iterator[None]:
+    """The store's refusals as the gateway's error bodies (a store that does not answer
+    as a 503)."""
+    try:
+        with state_store_errors():
+            yield
+    except InvalidCursorError as exc:
+        raise GatewayError(
+            exc.message, status=422, error_code=exc.code, field="query.cursor"
+        ) from None
+    except InvalidDocumentError as exc:
+        raise GatewayError(exc.message, status=422, error_code=exc.code) from None
+
+
+@router.get(
+    "/store/{namespace}",
+    response_model=DocumentPage,
+    summary="Search a namespace's documents",
+    dependencies=[only_query("prefix", "query", "filter", "limit", "cursor")],
+    responses={
+        404: {
+            "model": ErrorBody,
+            "description": "A namespace outside the key's tenant (``document_not_found``)",
+        },
+        422: {
+            "model": ErrorBody,
+            "description": "A cursor no search handed out (``invalid_cursor``), an unknown "
+            "query parameter",
+        },
+    },
+)
+async def search(
+    namespace: Namespace,
+    producer: ProducerDep,
+    prefix: Annotated[
+        str | None, Query(max_length=256, description="Keys that start with it")
+    ] = None,
+    query: Annotated[
+        str | None,
+        Query(max_length=1000, description="Key or a text value contains it (any case)"),
+    ] = None,
+    filter: Annotated[
+        list[MetadataPair] | None,
+        Query(
+            description="KEY=VALUE, repeatable: documents whose value has field KEY equal to "
+            'VALUE (JSON, such as 2, true or "2", else the text)'
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_SEARCH_LIMIT, description="Documents a page")] = 10,
+    cursor: Annotated[
+        str | None, Query(max_length=1000, description="A page's next_cursor")
+    ] = None,
+) -> DocumentPage:
+    """The namespace's documents in key order, a page at a time, filtered."""
+    with _answers():
+        return await producer.store.search(
+            namespace,
+            prefix=prefix,
+            query=query,
+            filter=pairs_filter(filter or []),
+            limit=limit,
+            cursor=cursor,
+        )
+
+
+@router.get(
+    "/store/{namespace}/{key}",
+    response_model=Document,
+    summary="A document",
+    responses=_NOT_FOUND,
+)
+async def get_document(namespace: Namespace, key: Key, producer: ProducerDep) -> Document:
+    """The document stored under ``key``."""
+    with _answers():
+        document = await producer.store.get(namespace, key)
+    if document is None:
+        raise _missing(namespace, key)
+    return document
+
+
+@router.put(
+    "/store/{namespace}/{key}",
+    response_model=Document,
+    summary="Store a document",
+    responses={422: {"model": ErrorBody, "description": "A value that cannot be stored"}},
+)
+async def put_document(
+    namespace: Namespace, key: Key, body: DocumentWrite, producer: ProducerDep
+) -> Document:
+    """Store a JSON object under ``key``, replacing what was there (its ``created_at``
+    stays)."""
+    with _answers():
+        return await producer.store.put(namespace, key, body.value)
+
+
+@router.delete(
+    "/store/{namespace}/{key}",
+    response_model=DocumentDeleted,
+    summary="Delete a document",
+    responses=_NOT_FOUND,
+)
+async def delete_document(namespace: Namespace, key: Key, producer: ProducerDep) -> DocumentDeleted:
+    """Forget the document."""
+    with _answers():
+        deleted = await producer.store.delete(namespace, key)
+    if not deleted:
+        raise _missing(namespace, key)
+    return DocumentDeleted(namespace=tuple(namespace.split(".")), key=key)

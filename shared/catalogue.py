@@ -1,0 +1,117 @@
+"""The tool catalogue: what kind each tool is, and what an agent offers the model.
+
+Every tool is one of three categories (``ToolCategory``): it only reads, it changes
+something, or it keeps the agent's own bookkeeping (a plan, a skill it loads). The
+category decides two things: read tools of one step run side by side while the
+others run alone, and an agent may expose only some categories
+(``Agent(tool_categories={ToolCategory.READ})``, a read-only reviewer).
+
+Workers publish each agent's catalogue in the worker registry
+(``shared/protocol/registry.py``), so the producer, the CLI and the gateway, which
+never load agent code, can answer ``reactq tools AGENT`` and
+``GET /v1/agents/{name}/tools``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["AgentInfo", "AgentTools", "ToolCategory", "ToolInfo", "ToolSource", "categories_of"]
+
+
+class ToolCategory(StrEnum):
+    """What a tool does to the world: READ, WRITE or META."""
+
+    READ = "read"
+    """Only reads: calls of one step run concurrently."""
+    WRITE = "write"
+    """Changes something (files, records, the outside world): runs alone, in order."""
+    META = "meta"
+    """The agent's own bookkeeping (its todo list, loading a skill): runs alone."""
+
+
+ToolSource = Literal["local", "bundle", "mcp", "builtin"]
+"""Where a tool comes from: the agent's own code, a ``reactq.bundles`` bundle, an MCP
+server, or reactq itself (``load_skill``)."""
+
+
+def categories_of(value: Iterable[ToolCategory | str] | None) -> frozenset[ToolCategory] | None:
+    """``value`` as a set of categories (None stays None: every category);
+    ValueError names an unknown one, or an empty set."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes):
+        value = [value] if isinstance(value, str) else []
+    found: set[ToolCategory] = set()
+    for item in value:
+        try:
+            found.add(ToolCategory(item))
+        except ValueError:
+            known = ", ".join(c.value for c in ToolCategory)
+            raise ValueError(f"unknown tool category {item!r}: use {known}") from None
+    if not found:
+        raise ValueError("tool_categories is empty: give at least one category, or None for all")
+    return frozenset(found)
+
+
+class ToolInfo(BaseModel):
+    """One tool as the catalogue lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The name the model calls it by."""
+    description: str = ""
+    """What the model reads about it."""
+    category: ToolCategory
+    """READ, WRITE or META."""
+    source: ToolSource = "local"
+    """Where it comes from."""
+    origin: str | None = None
+    """The bundle (``files``) or MCP server (its client's name) it comes from."""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    """Its arguments' JSON Schema."""
+    requires_approval: bool = False
+    """True when every call waits for a person's decision."""
+    timeout: float | None = None
+    """Seconds a call may take (None: no limit of its own)."""
+
+
+class AgentTools(BaseModel):
+    """An agent's catalogue: the tools its model sees."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    """The agent."""
+    config_version: str | None = None
+    """The definition these tools belong to (``Agent.config_version``)."""
+    tool_categories: list[ToolCategory] | None = None
+    """The categories the agent exposes (None: all of them)."""
+    tools: list[ToolInfo] = Field(default_factory=list)
+    """Its tools, in registration order."""
+
+
+class AgentInfo(BaseModel):
+    """An agent the pool hosts, as ``GET /v1/agents`` lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The agent."""
+    config_version: str | None = None
+    """The newest announced definition's version."""
+    worker: str | None = None
+    """The worker that announced it last."""
+    last_seen: float | None = None
+    """Unix time of that announcement."""
+    live: bool = False
+    """True when a worker hosting it beat within ``REACTQ_HEARTBEAT_SECONDS``."""
+    tool_categories: list[ToolCategory] | None = None
+    """The categories it exposes (None: all, or not announced)."""
+    tools: int | None = None
+    """How many tools it offers (None: its worker published no catalogue)."""

@@ -1,0 +1,87 @@
+"""The long-term store's documents in a process-local dict (``MemoryStateStore``)."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from reactq.shared.state import documents as docs
+from reactq.shared.state.documents import Document, DocumentPage, Namespace, NamespaceLike
+
+
+class MemoryDocuments:
+    """The DocumentStore contract in dicts; mixed into ``MemoryStateStore``.
+
+    Documents are not sessions: the store's TTL and size bound leave them alone.
+    """
+
+    _documents: dict[Namespace, dict[str, Document]]
+
+    def _namespace_docs(self, namespace: Namespace, *, create: bool = False) -> dict[str, Document]:
+        if not hasattr(self, "_documents"):
+            self._documents = {}  # no __init__ of its own: the store's stays as it is
+        if create:
+            return self._documents.setdefault(namespace, {})
+        # A read of a namespace nobody wrote leaves nothing behind.
+        return self._documents.get(namespace, {})
+
+    async def put_document(
+        self, namespace: NamespaceLike, key: str, value: Mapping[str, Any]
+    ) -> Document:
+        """Store ``value`` under ``key``; see DocumentStore."""
+        space = docs.check_namespace(namespace)
+        key = docs.check_key(key)
+        copy = json.loads(docs.dump_document_value(value))  # as JSON reads it back
+        now = time.time()
+        found = self._namespace_docs(space, create=True)
+        previous = found.get(key)
+        document = Document(
+            namespace=space,
+            key=key,
+            value=copy,
+            created_at=previous.created_at if previous else now,
+            updated_at=now,
+        )
+        found[key] = document
+        return document
+
+    async def get_document(self, namespace: NamespaceLike, key: str) -> Document | None:
+        """The document, or None."""
+        found = self._namespace_docs(docs.check_namespace(namespace)).get(docs.check_key(key))
+        # A copy: the caller may change its value without changing the store.
+        return None if found is None else found.model_copy(deep=True)
+
+    async def delete_document(self, namespace: NamespaceLike, key: str) -> bool:
+        """Forget the document; False when there was none."""
+        found = self._namespace_docs(docs.check_namespace(namespace))
+        return found.pop(docs.check_key(key), None) is not None
+
+    async def search_documents(
+        self,
+        namespace: NamespaceLike,
+        *,
+        prefix: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        limit: int = 10,
+        cursor: str | None = None,
+    ) -> DocumentPage:
+        """The namespace's documents in key order, filtered; see DocumentStore."""
+        space = docs.check_namespace(namespace)
+        docs.check_search(prefix, filter, query, limit)
+        after = docs.decode_cursor(cursor)
+        found = self._namespace_docs(space)
+        keys = sorted(found)
+        start = 0 if after is None else bisect.bisect_right(keys, after)
+
+        async def in_key_order() -> AsyncIterator[Document]:
+            for key in keys[start:]:
+                if key in found:
+                    yield found[key].model_copy(deep=True)
+
+        return await docs.collect(
+            in_key_order(), prefix=prefix, filter=filter, query=query, limit=limit
+        )

@@ -1,0 +1,134 @@
+"""The long-term store's documents in the SQL ``documents`` table (``SqlStateStore``)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import Connection
+
+from reactq.shared.state import documents as docs
+from reactq.shared.state.documents import Document, DocumentPage, NamespaceLike
+from reactq.shared.state.sql_ops import dialect_insert
+from reactq.shared.state.sql_schema import documents
+
+T = TypeVar("T")
+
+_BATCH = 200
+"""Rows a filtered search reads at a time."""
+
+
+def _document(row: Any) -> Document:
+    return Document(
+        namespace=tuple(row["namespace"].split(".")),
+        key=row["key"],
+        value=json.loads(row["value"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+class SqlDocuments:
+    """The DocumentStore contract on SQL; mixed into ``SqlStateStore``, whose
+    transactions and dialect it uses."""
+
+    dialect: str
+
+    async def _read(self, op: Callable[[Connection], T]) -> T:
+        raise NotImplementedError  # pragma: no cover - SqlStateStore's
+
+    async def _write(self, op: Callable[[Connection], T]) -> T:
+        raise NotImplementedError  # pragma: no cover - SqlStateStore's
+
+    async def put_document(
+        self, namespace: NamespaceLike, key: str, value: Mapping[str, Any]
+    ) -> Document:
+        """Store ``value`` under ``key`` (one upsert); see DocumentStore."""
+        space = docs.dotted(docs.check_namespace(namespace))
+        key = docs.check_key(key)
+        text = docs.dump_document_value(value)
+        now = time.time()
+        insert = dialect_insert(self.dialect, documents)
+        # A document's creation time stays what its first put made it.
+        query = insert.on_conflict_do_update(
+            index_elements=["namespace", "key"],
+            set_={"value": insert.excluded.value, "updated_at": insert.excluded.updated_at},
+        ).returning(*documents.c)
+        row_values = {
+            "namespace": space,
+            "key": key,
+            "value": text,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+        def op(conn: Connection) -> Document:
+            return _document(conn.execute(query, row_values).mappings().one())
+
+        return await self._write(op)
+
+    async def get_document(self, namespace: NamespaceLike, key: str) -> Document | None:
+        """The document, or None."""
+        space = docs.dotted(docs.check_namespace(namespace))
+        key = docs.check_key(key)
+        query = select(documents).where(documents.c.namespace == space, documents.c.key == key)
+
+        def op(conn: Connection) -> Document | None:
+            row = conn.execute(query).mappings().first()
+            return None if row is None else _document(row)
+
+        return await self._read(op)
+
+    async def delete_document(self, namespace: NamespaceLike, key: str) -> bool:
+        """Forget the document; False when there was none."""
+        space = docs.dotted(docs.check_namespace(namespace))
+        key = docs.check_key(key)
+        query = delete(documents).where(documents.c.namespace == space, documents.c.key == key)
+        return await self._write(lambda conn: conn.execute(query).rowcount > 0)
+
+    async def search_documents(
+        self,
+        namespace: NamespaceLike,
+        *,
+        prefix: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        limit: int = 10,
+        cursor: str | None = None,
+    ) -> DocumentPage:
+        """The namespace's documents in key order, filtered; see DocumentStore.
+
+        The key prefix runs in SQL; the value's filters (JSON text, whose query
+        functions differ between SQLite and PostgreSQL) run on the rows, read in batches.
+        """
+        space = docs.dotted(docs.check_namespace(namespace))
+        docs.check_search(prefix, filter, query, limit)
+        after = docs.decode_cursor(cursor)
+        batch = limit + 1 if not (filter or query) else max(limit + 1, _BATCH)
+
+        def rows_after(key: str | None, conn: Connection) -> list[Document]:
+            stmt = select(documents).where(documents.c.namespace == space)
+            if key is not None:
+                stmt = stmt.where(documents.c.key > key)
+            if prefix:
+                stmt = stmt.where(documents.c.key.startswith(prefix, autoescape=True))
+            stmt = stmt.order_by(documents.c.key).limit(batch)
+            return [_document(row) for row in conn.execute(stmt).mappings()]
+
+        async def in_key_order() -> AsyncIterator[Document]:
+            key = after
+            while True:
+                rows = await self._read(functools.partial(rows_after, key))
+                for row in rows:
+                    yield row
+                if len(rows) < batch:
+                    return
+                key = rows[-1].key
+
+        return await docs.collect(
+            in_key_order(), prefix=prefix, filter=filter, query=query, limit=limit
+        )

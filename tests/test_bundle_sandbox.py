@@ -1,0 +1,275 @@
+"""run_code / run_file in bubblewrap: what the code may do, what it may not, and that a
+run that breaks a limit is stopped and leaves the next call working."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reactq.bundles.sandbox import SandboxLimits, sandbox_problem, sandbox_tools
+from reactq.bundles.workspace import WorkspaceError
+from reactq.shared.settings import Settings
+from reactq.worker.agent.tools import Tool, ToolContext
+
+PROBLEM = sandbox_problem()
+needs_bwrap = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
+
+CTX = ToolContext(session_id="code-1", turn_id="t_1")
+LIMITS = SandboxLimits(wall_seconds=6, cpu_seconds=3, output_bytes=2000, max_processes=32)
+QUOTA = 3_000_000
+
+
+def _tools(root: Path, sandbox: str = "bwrap", limits: SandboxLimits = LIMITS) -> dict[str, Tool]:
+    settings = Settings.from_env(
+        {}, workspace_root=str(root), workspace_quota_bytes=QUOTA, sandbox=sandbox
+    )
+    return {t.name: t for t in sandbox_tools(settings, limits=limits)}
+
+
+async def call(tools: dict[str, Tool], name: str, **args: Any) -> str:
+    result = await tools[name].call(args, CTX)
+    return str(result)
+
+
+def _alive(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(pid))
+    return found
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> dict[str, Tool]:
+    return _tools(tmp_path)
+
+
+def test_the_tools_write_alone(tools: dict[str, Tool]) -> None:
+    if not tools:
+        pytest.skip(f"no sandbox here: {PROBLEM}")
+    assert {n: t.writes for n, t in tools.items()} == {"run_code": True, "run_file": True}
+
+
+@needs_bwrap
+async def test_code_runs_in_the_workspace_and_keeps_its_files(
+    tools: dict[str, Tool], tmp_path: Path
+) -> None:
+    out = await call(
+        tools, "run_code", code="open('made.txt', 'w').write('hi')\nprint('done', 6 * 7)"
+    )
+    assert out.startswith("[exit code 0;") and "done 42" in out
+    assert (tmp_path / "code-1" / "made.txt").read_text() == "hi"
+    (tmp_path / "code-1" / "tool.sh").write_text('echo "args: $*"; exit 3\n')
+    out = await call(tools, "run_file", path="tool.sh", args=["a", "b c"])
+    assert "[exit code 3;" in out and "args: a b c" in out
+    with pytest.raises(WorkspaceError, match=r"'\.\.' is not allowed"):
+        await call(tools, "run_file", path="../x.py")
+
+
+@needs_bwrap
+async def test_a_traceback_at_the_end_survives_the_cut(tools: dict[str, Tool]) -> None:
+    out = await call(
+        tools, "run_code", code="for i in range(50000): print(i)\nraise KeyError('late')"
+    )
+    assert "[exit code 1;" in out
+    assert out.index("0\n1\n2\n") < out.index("bytes cut") < out.index("KeyError: 'late'")
+    assert len(out) < 3000
+
+
+@needs_bwrap
+async def test_a_file_outside_the_workspace_cannot_be_read_or_written(
+    tools: dict[str, Tool], tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    code = (
+        "import os\n"
+        f"for path in ['/etc/passwd', {str(secret)!r}, '/root/.bashrc']:\n"
+        "    print(path, os.path.exists(path))\n"
+        "for path in ['/usr/evil', '/evil', '/dev/evil', '/proc/sys/kernel/hostname']:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', path, exc.errno)\n"
+    )
+    out = await call(tools, "run_code", code=code)
+    assert "[exit code 0;" in out
+    assert "/etc/passwd False" in out and f"{secret} False" in out and "WROTE" not in out
+    assert out.count("refused") == 4
+
+
+@needs_bwrap
+async def test_no_network(tools: dict[str, Tool]) -> None:
+    code = (
+        "import socket\n"
+        "for host in [('1.1.1.1', 80), ('127.0.0.1', 6379)]:\n"
+        "    try:\n"
+        "        socket.create_connection(host, timeout=3)\n"
+        "        print('CONNECTED', host)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', exc.errno)\n"
+    )
+    out = await call(tools, "run_code", code=code)
+    assert "CONNECTED" not in out and out.count("refused") == 2, out
+
+
+@needs_bwrap
+async def test_a_fork_bomb_is_contained(tools: dict[str, Tool]) -> None:
+    out = await call(tools, "run_code", language="bash", code=":(){ :|:& };:; sleep 2")
+    assert "[limit struck: processes" in out
+    # A bomb that never gives up runs into the wall clock, and every process dies.
+    code = "import os, time\nwhile True:\n    try: os.fork()\n    except OSError: time.sleep(0.01)"
+    started = time.monotonic()
+    out = await call(tools, "run_code", code=code + "  # bomb-marker")
+    assert "[killed;" in out and "[limit struck: wall time" in out
+    assert time.monotonic() - started < LIMITS.wall_seconds + 5
+    assert await call(tools, "run_code", code="print('after the bomb')") != ""
+    assert "after the bomb" in await call(tools, "run_code", code="print('after the bomb')")
+
+
+@needs_bwrap
+async def test_cpu_and_memory_limits_strike(tools: dict[str, Tool]) -> None:
+    out = await call(tools, "run_code", code="while True: pass")
+    assert "[limit struck: CPU time" in out or "[limit struck: wall time" in out
+    out = await call(tools, "run_code", code="x = bytearray(4 * 1024**3)")
+    assert "[limit struck: memory" in out and "MemoryError" in out
+
+
+@needs_bwrap
+async def test_filling_the_disk_past_the_quota_is_stopped(
+    tools: dict[str, Tool], tmp_path: Path
+) -> None:
+    out = await call(tools, "run_code", code="open('big', 'wb').write(b'x' * 10_000_000)")
+    assert "[limit struck: disk" in out and "File too large" in out
+    # Many files each under the limit: the quota's watchdog kills the run.
+    code = "import os\nfor i in range(1000):\n    open(f'f{i}', 'wb').write(os.urandom(500_000))"
+    out = await call(tools, "run_code", code=code)
+    assert "[limit struck: disk" in out
+    used = sum(p.stat().st_size for p in (tmp_path / "code-1").iterdir())
+    assert used < QUOTA + 5 * 500_000
+    # The private /tmp is small and memory-backed: it is no way around the quota either.
+    out = await call(tools, "run_code", code="open('/tmp/t', 'wb').write(b'x' * 100_000_000)")
+    assert "[exit code 1;" in out
+    # A full workspace still runs code, so the model can clean up.
+    out = await call(tools, "run_code", language="bash", code="rm -f big f*; echo cleaned")
+    assert "cleaned" in out
+    assert "ok" in await call(tools, "run_code", code="open('small', 'w').write('ok'); print('ok')")
+
+
+@needs_bwrap
+async def test_a_process_that_outlives_the_call_is_killed(tools: dict[str, Tool]) -> None:
+    marker = f"daemon-marker-{os.getpid()}"
+    code = (
+        f"(setsid python3 -c 'import time; time.sleep(300)' {marker} </dev/null >/dev/null &)\n"
+        f"nohup python3 -c 'import time; time.sleep(300)' {marker} >/dev/null 2>&1 &\n"
+        "echo started"
+    )
+    out = await call(tools, "run_code", language="bash", code=code)
+    assert "started" in out
+    assert _alive(marker) == []
+
+
+@needs_bwrap
+async def test_calls_run_in_parallel_sessions_without_blocking_the_loop(
+    tools: dict[str, Tool],
+) -> None:
+    import asyncio
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        out = await call(tools, "run_code", code="import time; time.sleep(1); print('slept')")
+    finally:
+        task.cancel()
+    assert "slept" in out and ticks >= 10
+
+
+async def test_unsandboxed_says_so_on_every_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="reactq.bundles"):
+        tools = _tools(tmp_path, sandbox="none")
+    assert "UNSANDBOXED" in caplog.text
+    for _ in range(2):
+        out = await call(tools, "run_code", code="print('plain')")
+        assert out.startswith("[UNSANDBOXED: REACTQ_SANDBOX=none") and "plain" in out
+
+
+def test_without_bubblewrap_the_tools_are_left_out_and_the_log_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings.from_env({}, workspace_root=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="reactq.bundles"):
+        assert sandbox_tools(settings, bwrap="no-such-bwrap") == []
+    assert "run_code and run_file are not available" in caplog.text
+    assert "bubblewrap is not installed" in caplog.text
+
+
+def test_the_setting_is_checked() -> None:
+    with pytest.raises(Exception, match="REACTQ_SANDBOX"):
+        Settings.from_env({"REACTQ_SANDBOX": "docker"})
+    with pytest.raises(Exception, match="wall_seconds"):
+        SandboxLimits(wall_seconds=0)
+
+
+@needs_bwrap
+@pytest.mark.e2e
+async def test_code_runs_on_a_real_worker_and_a_fork_bomb_leaves_it_working(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    import asyncio
+    import uuid
+
+    from reactq.producer import Producer
+    from reactq.worker.agent.llm.scripted_server import ScriptedServer
+    from tests.code_agents import code_script
+    from tests.helpers import WorkerPool
+
+    root = tmp_path / "workspaces"
+    server = ScriptedServer(code_script).start_in_thread()
+    env = {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": f"{namespace}-code",
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
+        "REACTQ_WORKSPACE_ROOT": str(root),
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    pool = WorkerPool(env, tmp_path, agents="tests.code_agents:code", concurrency=4)
+    try:
+        pool.start(1)
+        await asyncio.to_thread(pool.wait_ready, redis_url, env["REACTQ_NAMESPACE"], 1)
+        session = f"code-{uuid.uuid4().hex[:8]}"
+        async with Producer(Settings.from_env(env)) as producer:
+            finals = []
+            for message in ("write and run", "bomb", "write and run"):
+                handle = await producer.submit(session, message, agent="code")
+                finals.append(await asyncio.wait_for(handle.result(timeout=60), 60))
+        assert pool.procs[0].poll() is None
+    finally:
+        pool.stop()
+        server.stop()
+    assert [f.status for f in finals] == ["completed"] * 3, finals
+    assert "[exit code 0;" in finals[0].text and "hello 42" in finals[0].text
+    assert (root / session / "hello.py").exists()
+    bomb, after = finals[1].text.split(" || ")
+    assert "[limit struck: wall time" in bomb
+    assert "the worker is fine" in after
+    assert "hello 42" in finals[2].text
