@@ -113,7 +113,13 @@ class Bench:
         }
 
     def pool(self, workers: int, concurrency: int) -> WorkerPool:
-        pool = WorkerPool(self.env, self.tmp, agents=self.agents, concurrency=concurrency)
+        pool = WorkerPool(
+            self.env,
+            self.tmp,
+            agents=self.agents,
+            concurrency=concurrency,
+            loglevel=self.args.loglevel,
+        )
         pool.start(workers)
         pool.wait_ready(self.args.redis_url, self.namespace, workers)
         return pool
@@ -201,14 +207,16 @@ async def run_sequential(bench: Bench, turns: int) -> dict[str, float]:
     }
 
 
-def bench_noop(env: dict[str, str], tasks: int, concurrency: int) -> dict[str, float]:
+def bench_noop(
+    env: dict[str, str], tasks: int, concurrency: int, loglevel: str = "WARNING"
+) -> dict[str, float]:
     """Round trips of a no-op Celery task (send, run, result back through Redis)."""
     os.environ.update(env)
     from bench.noop_app import noop
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "bench.noop_app", "worker", "--pool=threads",
-         f"--concurrency={concurrency}", "--loglevel=WARNING", "--without-mingle",
+         f"--concurrency={concurrency}", f"--loglevel={loglevel}", "--without-mingle",
          "--without-gossip", f"--queues={env['REACTQ_NAMESPACE']}.noop"],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -253,7 +261,7 @@ def scenario_basic(args: argparse.Namespace) -> None:
             ours = asyncio.run(run_turns(bench, args.turns, args.sessions))
         finally:
             pool.stop()
-        floor = bench_noop(bench.env, args.turns, args.concurrency)
+        floor = bench_noop(bench.env, args.turns, args.concurrency, args.loglevel)
     finally:
         bench.close()
     print_turns(
@@ -444,7 +452,9 @@ def scenario_cpu(args: argparse.Namespace) -> None:
                 finally:
                     pool.stop()
                 if floor is None:
-                    floor = bench_noop(bench.env, max(args.turns, 1000), args.concurrency)
+                    floor = bench_noop(
+                        bench.env, max(args.turns, 1000), args.concurrency, args.loglevel
+                    )
             finally:
                 bench.close()
         per_turn = cpu / args.turns
@@ -597,6 +607,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
     parser.add_argument("--steps", type=int, default=3, help="tool steps per turn (checkpoint)")
     parser.add_argument("--database-url", default=None, help="state store (default: SQLite)")
+    parser.add_argument(
+        "--loglevel",
+        default="INFO",
+        help="of the reactq workers and of the bare Celery worker beside them (INFO: a "
+        "reactq worker logs 2 lines a turn, Celery 2 a task)",
+    )
     parser.add_argument(
         "--redis-url", default=os.environ.get("REACTQ_REDIS_URL", "redis://127.0.0.1:6379/0")
     )

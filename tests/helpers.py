@@ -82,8 +82,10 @@ class WorkerPool:
         log_dir: Path,
         agents: str = "tests.pool_agents:agent",
         concurrency: int = 16,
+        loglevel: str = "INFO",
     ) -> None:
         self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.loglevel = loglevel
         self.log_dir = log_dir
         self.agents = agents
         self.concurrency = concurrency
@@ -105,7 +107,7 @@ class WorkerPool:
                     "--concurrency",
                     str(self.concurrency),
                     "--loglevel",
-                    "INFO",
+                    self.loglevel,
                 ],
                 cwd=ROOT,
                 env=self.env,
