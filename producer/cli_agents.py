@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any
 
 from reactq.producer.client import Producer
+from reactq.producer.render import when
 from reactq.shared.settings import Settings
 
 
@@ -35,12 +35,6 @@ def add_agents_commands(sub: Any, command: Callable[..., Any]) -> None:
     tools.add_argument("--json", action="store_true", help="one JSON object: the catalogue")
 
 
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 async def _agents(args: argparse.Namespace) -> int:
     async with Producer(Settings.from_env()) as producer:
         found = await producer.agents()
@@ -52,7 +46,7 @@ async def _agents(args: argparse.Namespace) -> int:
         mode = ",".join(agent.tool_categories) if agent.tool_categories else "all"
         print(
             f"{agent.name}  {'live' if agent.live else 'gone'}  version {agent.config_version}  "
-            f"tools {tools} ({mode})  last seen {_when(agent.last_seen)} on {agent.worker}"
+            f"tools {tools} ({mode})  last seen {when(agent.last_seen)} on {agent.worker}"
         )
     return 0
 

@@ -6,22 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from reactq.producer.beat import run_beat
 from reactq.producer.client import Producer
+from reactq.producer.render import when
 from reactq.shared.schedules import Schedule, next_tick
 from reactq.shared.settings import Settings
 
 __all__ = ["SCHEDULE_HANDLERS", "add_schedule_commands", "beat"]
-
-
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def add_schedule_commands(sub: Any, command: Callable[..., Any]) -> None:
@@ -81,11 +75,11 @@ def add_schedule_commands(sub: Any, command: Callable[..., Any]) -> None:
 
 
 def _line(s: Schedule) -> str:
-    state = "paused" if s.paused else f"next {_when(next_tick(s, s.last_run_at or s.created_at))}"
+    state = "paused" if s.paused else f"next {when(next_tick(s, s.last_run_at or s.created_at))}"
     # last_run_at alone is a resume's mark, not a firing.
     last = "last -"
     if s.last_turn_id or s.last_error:
-        last = f"last {_when(s.last_run_at)} {s.last_turn_id or s.last_error}"
+        last = f"last {when(s.last_run_at)} {s.last_turn_id or s.last_error}"
     return f"{s.schedule_id}  {s.spec!r}  {s.session_id}  {s.agent}  {state}  {last}"
 
 

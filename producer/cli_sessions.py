@@ -10,19 +10,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any
 
 from reactq.producer.cli_state import require_database, session_not_found
 from reactq.producer.client import Producer
+from reactq.producer.render import when
 from reactq.shared.errors import BranchNotFoundError, InvalidMetadataError
 from reactq.shared.settings import Settings
-
-
-def _when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _metadata_pairs(pairs: list[str]) -> dict[str, Any]:
@@ -133,7 +127,7 @@ async def _ls(args: argparse.Namespace) -> int:
             continue
         tags = " ".join(f"{k}={json.dumps(v)}" for k, v in s.metadata.items())
         print(
-            f"{s.session_id}  {s.agent}  {s.active_branch}  updated {_when(s.updated_at)}"
+            f"{s.session_id}  {s.agent}  {s.active_branch}  updated {when(s.updated_at)}"
             + (f"  {tags}" if tags else "")
         )
     if page.next_cursor:
@@ -161,10 +155,10 @@ async def _show(args: argparse.Namespace) -> int:
         + (f", {detail.running_turn} running" if detail.running_turn else "")
         + ")",
         "last turn      "
-        + ("-" if last is None else f"{last.turn_id} {last.status} {_when(last.ended_at)}"),
+        + ("-" if last is None else f"{last.turn_id} {last.status} {when(last.ended_at)}"),
         f"tokens         {detail.usage.get('total_tokens', 0)}",
-        f"created        {_when(detail.created_at)}",
-        f"updated        {_when(detail.updated_at)}",
+        f"created        {when(detail.created_at)}",
+        f"updated        {when(detail.updated_at)}",
         f"metadata       {json.dumps(detail.metadata, ensure_ascii=False)}",
     ]
     print("\n".join(lines))
@@ -193,8 +187,8 @@ async def _turns(args: argparse.Namespace) -> int:
             continue
         print(
             f"{t.turn_id}  {t.status:<17} attempt {t.attempt}  "
-            f"tokens {t.usage.get('total_tokens', 0):<6} submitted {_when(t.submitted_at)}  "
-            f"started {_when(t.started_at)}  ended {_when(t.ended_at)}"
+            f"tokens {t.usage.get('total_tokens', 0):<6} submitted {when(t.submitted_at)}  "
+            f"started {when(t.started_at)}  ended {when(t.ended_at)}"
         )
     return 0
 

@@ -32,8 +32,20 @@ from reactq.shared.errors import (
     TurnRejectedError,
     UnknownAgentError,
 )
-from reactq.shared.events import ApprovalDecidedEvent, Event, FinalEvent, QueuedEvent
-from reactq.shared.file_undo import UndoError, UndoReport, discard_turn_files, revert_turn
+from reactq.shared.events import (
+    ApprovalDecidedEvent,
+    Event,
+    FileChangeEvent,
+    FinalEvent,
+    QueuedEvent,
+)
+from reactq.shared.file_undo import (
+    UndoError,
+    UndoReport,
+    describe_changes,
+    discard_turn_files,
+    revert_turn,
+)
 from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage
 from reactq.shared.netcheck import AllowList
@@ -49,6 +61,7 @@ from reactq.shared.redis_client import connect
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
+from reactq.shared.state.todos import TodoItem
 from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides
 from reactq.shared.turns import (
     MultitaskStrategy,
@@ -58,6 +71,7 @@ from reactq.shared.turns import (
     validate_session_id,
 )
 from reactq.shared.webhooks import Webhooks, check_url
+from reactq.shared.workspace import FileChange
 
 log = logging.getLogger("reactq.producer")
 
@@ -413,9 +427,10 @@ class Producer:
             what = "its child turns" if for_children else "approval"
             why = f"cancelled while it waited for {what}"
             # Nothing of it is kept: its file changes too (no worker holds it to do this).
-            await discard_turn_files(
+            reverted = await discard_turn_files(
                 await self.state_store(), self.settings.workspace_root, turn_id
             )
+            await self._publish_reverts(session_id, turn_id, reverted)
             await self._ended(await endings.cancelled(self.publisher, session_id, turn_id, why))
             await self._dispatch_if_work(session_id)
         elif result.outcome is CancelOutcome.CANCELLED:
@@ -632,6 +647,12 @@ class Producer:
         validate_session_id(session_id)
         return await (await self.state_store()).session_usage(session_id)
 
+    async def todos(self, session_id: str) -> list[TodoItem]:
+        """The session's todo list (``reactq.bundles.todos``), in order, as the agent
+        last wrote it; [] when it has none."""
+        validate_session_id(session_id)
+        return await (await self.state_store()).get_todos(session_id)
+
     async def session_turns(self, session_id: str) -> list[TurnInfo]:
         """The session's turns, oldest first: status, attempt, final, usage and times."""
         return await sessions.session_turns(self, session_id)
@@ -732,10 +753,22 @@ class Producer:
                 "(or cancel it: a cancelled turn's file changes are reverted)",
                 turn_id=turn_id,
             )
-        report, _ = await revert_turn(
+        report, changes = await revert_turn(
             await self.state_store(), self.settings.workspace_root, turn_id
         )
+        await self._publish_reverts(report.session_id, turn_id, changes)
         return report
+
+    async def _publish_reverts(
+        self, session_id: str, turn_id: str, changes: Sequence[FileChange]
+    ) -> None:
+        """A ``file_change`` event for each file a revert put back, as a worker's revert
+        publishes them: through the publisher, so the audit log has them too. Attempt 0,
+        as the producer's other events of a turn: no run of the turn made them."""
+        for fields in describe_changes(changes):
+            await self.publisher.publish(
+                FileChangeEvent(session_id=session_id, turn_id=turn_id, attempt=0, **fields)
+            )
 
     async def turn_status(self, turn_id: str) -> TurnStatus | None:
         """A turn's status: from Redis while it remembers the turn, then from the state

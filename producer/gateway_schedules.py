@@ -20,11 +20,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.producer.client import Producer
+from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
 from reactq.producer.gateway_scopes import KeyScope, scope_of
@@ -49,14 +50,6 @@ ScheduleId = Annotated[
     str, PathParam(pattern=SCHEDULE_ID_PATTERN, description="The schedule (sch_ + 16 hex)")
 ]
 ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
-
-
-def _producer(request: Request) -> Producer:
-    producer: Producer = request.app.state.gateway.producer
-    return producer
-
-
-ProducerDep = Annotated[Producer, Depends(_producer)]
 
 
 class ScheduleCreate(BaseModel):
@@ -118,27 +111,9 @@ def _answers(body: ScheduleCreate | None = None) -> Iterator[None]:
         raise GatewayError(message, status=status, error_code=code, field=field) from None
 
 
-def _only_query(*names: str) -> Any:
-    """A dependency refusing query parameters other than ``names`` (a misspelt filter
-    would otherwise list every schedule)."""
-
-    async def check(request: Request) -> None:
-        for name in request.query_params:
-            if name not in names:
-                raise GatewayError(
-                    f"unknown query parameter {name[:60]!r}"
-                    + (f": use {', '.join(names)}" if names else ""),
-                    status=422,
-                    error_code="invalid_request",
-                    field=f"query.{name[:60]}",
-                )
-
-    return Depends(check)
-
-
 router = APIRouter(tags=["schedules"])
 # Every route but the listing takes no query parameter.
-_NO_QUERY = [_only_query()]
+_NO_QUERY = [only_query()]
 
 
 def _hidden(schedule_id: str) -> GatewayError:
@@ -216,7 +191,7 @@ async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: Scope
     "/schedules",
     response_model=ScheduleList,
     summary="List scheduled turns",
-    dependencies=[_only_query("session_id")],
+    dependencies=[only_query("session_id")],
 )
 async def list_schedules(
     producer: ProducerDep,

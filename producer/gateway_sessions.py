@@ -7,6 +7,7 @@ their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
     DELETE /v1/sessions/{id}?force=              delete it (force: cancel its running turn)  404 409
     GET    /v1/sessions/{id}/turns               its turns, oldest first        404
     GET    /v1/sessions/{id}/usage               its token and cost totals
+    GET    /v1/sessions/{id}/todos               its todo list, in order        404
     GET    /v1/sessions/{id}/branches            its branches                   404
     POST   /v1/sessions/{id}/branches            fork                           201 404 409 422
     PUT    /v1/sessions/{id}/active_branch       switch                         404
@@ -22,11 +23,12 @@ import json
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 from pydantic import StringConstraints
 
 from reactq.producer.client import Producer
+from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import (
     AGENT_PATTERN,
@@ -53,6 +55,7 @@ from reactq.shared.errors import (
 from reactq.shared.state import BranchInfo, SessionUsage
 from reactq.shared.state.base import SessionPage, SessionRecord
 from reactq.shared.state.listing import MAX_LIMIT, encode_cursor, key_of
+from reactq.shared.state.todos import TodoItem
 from reactq.shared.turns import SESSION_ID_RE
 
 SessionId = Annotated[
@@ -76,13 +79,6 @@ _BRANCH_NOT_FOUND: dict[int | str, dict[str, Any]] = {
     }
 }
 
-
-def _producer(request: Request) -> Producer:
-    producer: Producer = request.app.state.gateway.producer
-    return producer
-
-
-ProducerDep = Annotated[Producer, Depends(_producer)]
 
 router = APIRouter(tags=["sessions"])
 
@@ -132,23 +128,6 @@ def _metadata_filter(pairs: list[MetadataPair]) -> dict[str, Any] | None:
     return out or None
 
 
-def _only_query(*names: str) -> Any:
-    """A dependency refusing query parameters other than ``names`` (a misspelt filter
-    would otherwise list every session)."""
-
-    async def check(request: Request) -> None:
-        for name in request.query_params:
-            if name not in names:
-                raise GatewayError(
-                    f"unknown query parameter {name[:60]!r}: use {', '.join(names)}",
-                    status=422,
-                    error_code="invalid_request",
-                    field=f"query.{name[:60]}",
-                )
-
-    return Depends(check)
-
-
 async def _detail(producer: Producer, session_id: str) -> SessionDetail:
     detail = await producer.get_session(session_id)
     if detail is None:
@@ -193,7 +172,7 @@ async def _tenant_page(
     "/sessions",
     response_model=SessionList,
     summary="List sessions",
-    dependencies=[_only_query("agent", "metadata", "updated_since", "limit", "cursor")],
+    dependencies=[only_query("agent", "metadata", "updated_since", "limit", "cursor")],
     responses={
         422: {
             "model": ErrorBody,
@@ -287,7 +266,7 @@ async def patch_session(
     "/sessions/{session_id}",
     response_model=SessionDeleted,
     summary="Delete a session",
-    dependencies=[_only_query("force")],
+    dependencies=[only_query("force")],
     responses={
         **_NOT_FOUND,
         409: {
@@ -323,6 +302,22 @@ async def session_turns(session_id: SessionId, producer: ProducerDep) -> list[Tu
         if not turns and await (await producer.state_store()).get_session(session_id) is None:
             raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
     return turns
+
+
+@router.get(
+    "/sessions/{session_id}/todos",
+    response_model=list[TodoItem],
+    summary="A session's todo list",
+    responses=_NOT_FOUND,
+)
+async def session_todos(session_id: SessionId, producer: ProducerDep) -> list[TodoItem]:
+    """The todo list its agent keeps (``reactq.bundles.todos``), in order, as last
+    written; [] when it has none."""
+    with _answers():
+        items = await producer.todos(session_id)
+        if not items and await (await producer.state_store()).get_session(session_id) is None:
+            raise SessionNotFoundError(f"no session {session_id!r}", session_id=session_id)
+    return items
 
 
 @router.get(

@@ -18,16 +18,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict
 
-from reactq.producer.client import Producer
+from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import ErrorBody
 from reactq.producer.gateway_sessions import MetadataPair
 from reactq.producer.gateway_sessions import _metadata_filter as pairs_filter
-from reactq.producer.gateway_sessions import _only_query as only_query
 from reactq.shared.errors import InvalidCursorError, InvalidDocumentError
 from reactq.shared.state.documents import MAX_SEARCH_LIMIT, Document, DocumentPage
 
@@ -67,13 +66,6 @@ class DocumentDeleted(BaseModel):
     key: str
     """Its key."""
 
-
-def _producer(request: Request) -> Producer:
-    producer: Producer = request.app.state.gateway.producer
-    return producer
-
-
-ProducerDep = Annotated[Producer, Depends(_producer)]
 
 router = APIRouter(tags=["store"])
 

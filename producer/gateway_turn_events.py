@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from pydantic import BaseModel
 
-from reactq.producer.client import Producer
+from reactq.producer.gateway_deps import ProducerDep
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import ErrorBody
 from reactq.shared.errors import ConfigError
@@ -35,11 +35,6 @@ class TurnEvents(BaseModel):
     """Every event of the turn (all attempts), in stream order."""
 
 
-def _producer(request: Request) -> Producer:
-    producer: Producer = request.app.state.gateway.producer
-    return producer
-
-
 router = APIRouter(tags=["turns"])
 
 
@@ -57,7 +52,7 @@ router = APIRouter(tags=["turns"])
 )
 async def turn_events(
     turn_id: Annotated[str, PathParam(pattern=TURN_ID_PATTERN, description="The turn's id")],
-    producer: Annotated[Producer, Depends(_producer)],
+    producer: ProducerDep,
     source: Annotated[
         Source,
         Query(

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from reactq.shared.events import Event
+
+
+def when(ts: float | None) -> str:
+    """A Unix time as the CLI prints it (UTC, to the second); ``-`` for None."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _short(value: Any, limit: int = 300) -> str:

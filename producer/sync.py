@@ -42,6 +42,7 @@ from reactq.shared.messages import ChatMessage
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage
+from reactq.shared.state.todos import TodoItem
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 T = TypeVar("T")
@@ -299,6 +300,10 @@ class SyncProducer:
     def usage(self, session_id: str) -> SessionUsage:
         """The session's token and cost totals (see ``Producer.usage``)."""
         return self._loop.run(self.producer.usage(session_id))
+
+    def todos(self, session_id: str) -> list[TodoItem]:
+        """The session's todo list (see ``Producer.todos``)."""
+        return self._loop.run(self.producer.todos(session_id))
 
     def session_turns(self, session_id: str) -> list[TurnInfo]:
         """The session's turns, oldest first (see ``Producer.session_turns``)."""

@@ -127,6 +127,7 @@ from reactq.shared.file_undo import (
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
+from reactq.shared.state.todos import TodoItem
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 from reactq.worker.agent import (
     AgentLoop,
@@ -228,6 +229,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     # producing turns, reading events
     "CancelResult",
     "UndoReport",
+    "TodoItem",
     "DecideOutcome",
     "Document",
     "DocumentPage",

@@ -48,12 +48,20 @@ class Gateway:
         out = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         return {**out, **extra}
 
-    def client(self, **kwargs: Any) -> httpx2.Client:
+    def client(self, key: str | None = None, **kwargs: Any) -> httpx2.Client:
+        """A client of the gateway, with ``key`` (else the gateway's own) as its API key."""
         kwargs.setdefault("timeout", httpx2.Timeout(20.0))
-        return httpx2.Client(base_url=self.url, headers=self.headers(), **kwargs)
+        headers = {"Authorization": f"Bearer {key}"} if key else self.headers()
+        return httpx2.Client(base_url=self.url, headers=headers, **kwargs)
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -132,6 +132,17 @@ class WorkerPool:
         finally:
             client.close()
 
+    @contextmanager
+    def running(self, count: int) -> Iterator[WorkerPool]:
+        """``count`` workers started and registered (on the environment's Redis and
+        namespace); every worker stopped on the way out."""
+        try:
+            self.start(count)
+            self.wait_ready(self.env["REACTQ_REDIS_URL"], self.env["REACTQ_NAMESPACE"], count)
+            yield self
+        finally:
+            self.stop()
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
@@ -167,6 +178,37 @@ def worker_pid(worker_name: str) -> int:
 
 
 @contextmanager
+def scripted_pool(
+    redis_url: str,
+    namespace: str,
+    tmp: Path,
+    server: ScriptedServer,
+    workers: int = 1,
+    agents: str = "tests.pool_agents:agent",
+    concurrency: int = 16,
+    **extra_env: str,
+) -> Iterator[tuple[dict[str, str], WorkerPool]]:
+    """``server`` (not started) and ``workers`` real workers hosting ``agents`` on
+    SQLite in ``tmp``, ready; yields the environment a producer (or the CLI) needs to
+    reach them (``extra_env`` added, for both sides) and the pool, whose ``procs`` a
+    test may stop. Both stop on the way out."""
+    server.start_in_thread()
+    env = {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": namespace,
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "test-key",
+        **extra_env,
+    }
+    try:
+        with WorkerPool(env, tmp, agents=agents, concurrency=concurrency).running(workers) as pool:
+            yield env, pool
+    finally:
+        server.stop()
+
+
+@contextmanager
 def running_pool(
     redis_url: str,
     namespace: str,
@@ -181,20 +223,15 @@ def running_pool(
     ``tmp``; yields the environment a producer (or the CLI) needs to reach them
     (``extra_env`` added, for both sides). ``server``: a scripted server (not started)
     to run instead of one on ``handler``, for a test that reads or configures it."""
-    server = (server if server is not None else ScriptedServer(handler)).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": namespace,
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
+    server = server if server is not None else ScriptedServer(handler)
+    with scripted_pool(
+        redis_url,
+        namespace,
+        tmp,
+        server,
+        workers=workers,
+        agents=agents,
+        concurrency=16,  # named, so no extra_env entry can take its place
         **extra_env,
-    }
-    pool = WorkerPool(env, tmp, agents=agents)
-    try:
-        pool.start(workers)
-        pool.wait_ready(redis_url, namespace, workers)
+    ) as (env, _):
         yield env
-    finally:
-        pool.stop()
-        server.stop()

@@ -19,7 +19,7 @@ from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from reactq.worker.agent.tools import Tool, ToolContext
 from tests.code_agents import images_script
-from tests.helpers import WorkerPool
+from tests.helpers import scripted_pool
 
 CTX = ToolContext(session_id="img-1", turn_id="t_1")
 
@@ -126,19 +126,16 @@ async def test_the_image_never_enters_the_conversation_on_a_real_worker(
         return images_script(request)
 
     root = tmp_path / "workspaces"
-    server = ScriptedServer(model).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-images",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        "REACTQ_WORKSPACE_ROOT": str(root),
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    pool = WorkerPool(env, tmp_path, agents="tests.code_agents:images", concurrency=4)
-    try:
-        pool.start(1)
-        await asyncio.to_thread(pool.wait_ready, redis_url, env["REACTQ_NAMESPACE"], 1)
+    with scripted_pool(
+        redis_url,
+        f"{namespace}-images",
+        tmp_path,
+        ScriptedServer(model),
+        workers=1,
+        agents="tests.code_agents:images",
+        concurrency=4,
+        REACTQ_WORKSPACE_ROOT=str(root),
+    ) as (env, _):
         session = f"img-{uuid.uuid4().hex[:8]}"
         _save(root / session)
         async with Producer(Settings.from_env(env)) as producer:
@@ -146,9 +143,6 @@ async def test_the_image_never_enters_the_conversation_on_a_real_worker(
             for _ in range(2):
                 handle = await producer.submit(session, "look", agent="images")
                 finals.append(await asyncio.wait_for(handle.result(timeout=60), 60))
-    finally:
-        pool.stop()
-        server.stop()
     for final in finals:
         assert final.status == "completed", final
         assert final.text == "answer: vision saw an image=True for 'What colour is it?'"

@@ -129,7 +129,8 @@ KEPT = "kept.txt"
 def _guard_script(hold: dict[str, float]) -> Any:
     """Turn "guard": read GUARDED; then (after ``hold["read"]`` seconds, while the test
     changes the file and kills the worker) edit it; answer with the edit's result.
-    Turn "slow": edit KEPT and create scratch.txt; then answer after ``hold["slow"]``."""
+    Turn "slow": edit KEPT and create scratch.txt; then answer after ``hold["slow"]``
+    (``hold["slow_asked"]`` counts those answers: a delay is read when the model is asked)."""
 
     def script(request: Mapping[str, Any]) -> Reply:
         messages = list(request["messages"])
@@ -155,6 +156,7 @@ def _guard_script(hold: dict[str, float]) -> Any:
                     ("write_file", {"path": "scratch.txt", "content": "scratch\n"}),
                 ]
             )
+        hold["slow_asked"] += 1
         return Reply.text("slow done").but(delay=hold["slow"])
 
     return script
@@ -163,7 +165,7 @@ def _guard_script(hold: dict[str, float]) -> Any:
 async def test_the_stale_guard_holds_across_workers_and_a_cancel_reverts_files(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    hold = {"read": 30.0, "slow": 20.0}
+    hold = {"read": 30.0, "slow": 20.0, "slow_asked": 0}
     server = ScriptedServer(_guard_script(hold)).start_in_thread()
     env = _env(redis_url, namespace, tmp_path, server)
     pool = WorkerPool(env, tmp_path, agents="tests.bundle_agents:agents", concurrency=4)
@@ -226,15 +228,18 @@ async def test_the_stale_guard_holds_across_workers_and_a_cancel_reverts_files(
 
             # Rolled back by a newer message: the same. The newer turn makes the same
             # changes, which it can only do on the files as they were.
+            asked = hold["slow_asked"]
             rolled = await producer.submit(session, "slow", agent="files")
 
-            async def rolled_changed() -> bool:
+            async def rolled_waits() -> bool:
+                # Its changes made and its answer asked for (held for 20 s): releasing
+                # the hold sooner would let it complete before the rollback lands.
                 events = await producer.bus.read(session, after="0")
-                return any(
+                return hold["slow_asked"] > asked and any(
                     isinstance(e, FileChangeEvent) and e.turn_id == rolled.turn_id for e in events
                 )
 
-            await wait_until(rolled_changed, 30, "the rolled-back turn's changes")
+            await wait_until(rolled_waits, 30, "the rolled-back turn's changes")
             hold["slow"] = 0.0
             newer = await producer.submit(session, "slow", agent="files", strategy="rollback")
             assert (await rolled.result(timeout=30)).status == "cancelled"
@@ -260,6 +265,15 @@ async def test_the_stale_guard_holds_across_workers_and_a_cancel_reverts_files(
             assert (await producer.cancel(parked.turn_id)).outcome == "cancelled"
             assert (await parked.result(timeout=10)).status == "cancelled"
             assert not made.exists()
+            # The producer's revert is told as a worker's is: on the stream, before the
+            # final, and in the audit log.
+            events = [
+                e for e in await producer.bus.read(gated, after="0") if e.turn_id == parked.turn_id
+            ]
+            told = [(e.type, getattr(e, "kind", None), getattr(e, "path", None)) for e in events]
+            assert told[-2:] == [("file_change", "deleted", "parked.txt"), ("final", None, None)]
+            audited = [e.id for e in await producer.turn_events(parked.turn_id)]
+            assert events[-2].id in audited
     finally:
         pool.stop()
         server.stop()

@@ -240,22 +240,19 @@ async def test_code_runs_on_a_real_worker_and_a_fork_bomb_leaves_it_working(
     from reactq.producer import Producer
     from reactq.worker.agent.llm.scripted_server import ScriptedServer
     from tests.code_agents import code_script
-    from tests.helpers import WorkerPool
+    from tests.helpers import scripted_pool
 
     root = tmp_path / "workspaces"
-    server = ScriptedServer(code_script).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-code",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        "REACTQ_WORKSPACE_ROOT": str(root),
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    pool = WorkerPool(env, tmp_path, agents="tests.code_agents:code", concurrency=4)
-    try:
-        pool.start(1)
-        await asyncio.to_thread(pool.wait_ready, redis_url, env["REACTQ_NAMESPACE"], 1)
+    with scripted_pool(
+        redis_url,
+        f"{namespace}-code",
+        tmp_path,
+        ScriptedServer(code_script),
+        workers=1,
+        agents="tests.code_agents:code",
+        concurrency=4,
+        REACTQ_WORKSPACE_ROOT=str(root),
+    ) as (env, pool):
         session = f"code-{uuid.uuid4().hex[:8]}"
         async with Producer(Settings.from_env(env)) as producer:
             finals = []
@@ -263,9 +260,6 @@ async def test_code_runs_on_a_real_worker_and_a_fork_bomb_leaves_it_working(
                 handle = await producer.submit(session, message, agent="code")
                 finals.append(await asyncio.wait_for(handle.result(timeout=60), 60))
         assert pool.procs[0].poll() is None
-    finally:
-        pool.stop()
-        server.stop()
     assert [f.status for f in finals] == ["completed"] * 3, finals
     assert "[exit code 0;" in finals[0].text and "hello 42" in finals[0].text
     assert (root / session / "hello.py").exists()

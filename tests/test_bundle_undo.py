@@ -22,7 +22,8 @@ from reactq.shared.file_undo import (
     UndoConflictError,
     revert_turn,
 )
-from reactq.shared.state import FileAction, StateStore, open_store
+from reactq.shared.state import FileAction, StateStore, TurnRecord, open_store
+from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.tools import Tool, ToolContext
 from tests.gateway_support import start_gateway
 from tests.helpers import clean_env, run_cli
@@ -222,7 +223,7 @@ async def test_downloads_and_reads_are_recorded_with_their_revisions(
 
 
 async def _a_changed_turn(tmp_path: Path) -> tuple[str, Path]:
-    """A turn (of session sess-1) that overwrote a.txt and created b.txt; the
+    """A finished turn (of session sess-1) that overwrote a.txt and created b.txt; the
     workspace root and database under ``tmp_path``."""
     root = tmp_path / "ws"
     (root / "sess-1").mkdir(parents=True)
@@ -234,6 +235,15 @@ async def _a_changed_turn(tmp_path: Path) -> tuple[str, Path]:
         await call(tools, "read_file", turn, path="a.txt")
         await call(tools, "write_file", turn, path="a.txt", content="overwritten\n")
         await call(tools, "write_file", turn, path="b.txt", content="new\n")
+        # It ended (undo refuses a turn that has not; its reverts' events say nothing of it).
+        await store.ensure_session("sess-1", "files")
+        record = TurnRecord(
+            turn_id=turn.turn_id,
+            session_id="sess-1",
+            status=TurnStatus.COMPLETED,
+            created_at=time.time(),
+        )
+        await store.commit_turn("sess-1", [], record)
     finally:
         await store.close()
     return turn.turn_id, root
@@ -315,3 +325,26 @@ def test_watch_shows_a_file_change_as_one_line() -> None:
     gone = FileChangeEvent(**common, path="old.txt", kind="deleted", diff="-x")
     assert render(moved, show_turn=True) == "t_4dd0c2 file       moved a.py -> b.py (1,200 bytes)"
     assert render(gone) == "file       deleted old.txt"
+
+
+async def test_a_producers_undo_publishes_a_file_change_for_each_revert(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    from reactq.producer import Producer
+    from reactq.shared.settings import Settings
+
+    turn, _ = await _a_changed_turn(tmp_path)
+    env = _env(redis_url, f"{namespace}-{uuid.uuid4().hex[:6]}", tmp_path)
+    async with Producer(Settings.from_env(env)) as producer:
+        report = await producer.undo(turn)
+        assert [f.path for f in report.files] == ["b.txt", "a.txt"]
+        # On the session's stream, as a worker's reverts are: what a page or watch shows.
+        live = [e for e in await producer.bus.read("sess-1", after="0") if e.turn_id == turn]
+        assert [(e.type, e.kind, e.path, e.size) for e in live] == [  # type: ignore[union-attr]
+            ("file_change", "deleted", "b.txt", 0),
+            ("file_change", "modified", "a.txt", len("original\n")),
+        ]
+        assert "-overwritten\n+original" in live[1].diff  # type: ignore[union-attr]
+        # And in the audit log, through the producer's publisher.
+        recorded = [e for e in await producer.turn_events(turn) if e.type == "file_change"]
+        assert [(e.id, e.path) for e in recorded] == [(e.id, e.path) for e in live]  # type: ignore[union-attr]

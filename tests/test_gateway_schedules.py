@@ -57,19 +57,12 @@ def gateway(
         database_url=env["REACTQ_DATABASE_URL"],
     )
     asyncio.run(_announce(settings))
-    gw = start_gateway(env, Path(tmp), KEYS["admin"])
-    try:
+    with start_gateway(env, Path(tmp), KEYS["admin"]) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def client(gateway: Gateway, who: str) -> httpx2.Client:
-    return httpx2.Client(
-        base_url=gateway.url,
-        headers={"Authorization": f"Bearer {KEYS[who]}"},
-        timeout=httpx2.Timeout(20.0),
-    )
+    return gateway.client(KEYS[who])
 
 
 def _add(http: httpx2.Client, session_id: str, **body: object) -> httpx2.Response:

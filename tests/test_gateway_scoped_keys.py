@@ -65,19 +65,12 @@ def pool_env(
 @pytest.fixture(scope="module")
 def gateway(pool_env: dict[str, str]) -> Iterator[Gateway]:
     env = {**pool_env, "REACTQ_API_KEYS": API_KEYS}
-    gw = start_gateway(env, Path(pool_env["REACTQ_TMP"]), KEYS["admin"])
-    try:
+    with start_gateway(env, Path(pool_env["REACTQ_TMP"]), KEYS["admin"]) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def client(gateway: Gateway, who: str) -> httpx2.Client:
-    return httpx2.Client(
-        base_url=gateway.url,
-        headers={"Authorization": f"Bearer {KEYS[who]}"},
-        timeout=httpx2.Timeout(20.0),
-    )
+    return gateway.client(KEYS[who])
 
 
 def finished_turn(admin: httpx2.Client, session_id: str, message: str = "hello") -> str:
@@ -127,6 +120,7 @@ ROUTES = [
     Route("GET", "/v1/sessions/{sid}/messages", 200),
     Route("GET", "/v1/sessions/{sid}/turns", 200),
     Route("GET", "/v1/sessions/{sid}/usage", 200),
+    Route("GET", "/v1/sessions/{sid}/todos", 200),
     Route("GET", "/v1/sessions/{sid}/branches", 200),
     Route("GET", "/v1/turns/{tid}", 200),
     Route("PATCH", "/v1/sessions/{sid}", 200, {"metadata": {"seen": True}}, write=True),

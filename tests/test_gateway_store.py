@@ -30,17 +30,12 @@ def gateway(
         "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
         "REACTQ_API_KEYS": API_KEYS,
     }
-    gw = start_gateway(env, Path(tmp), "admin-key")
-    try:
+    with start_gateway(env, Path(tmp), "admin-key") as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def as_key(gateway: Gateway, key: str) -> httpx2.Client:
-    return httpx2.Client(
-        base_url=gateway.url, headers={"Authorization": f"Bearer {key}"}, timeout=20
-    )
+    return gateway.client(key)
 
 
 def test_put_get_search_delete(gateway: Gateway) -> None:

@@ -14,7 +14,7 @@ import pytest
 from reactq import Producer, SyncProducer
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
-from tests.helpers import WorkerPool
+from tests.helpers import scripted_pool
 from tests.memory_agents import memory_script
 
 pytestmark = pytest.mark.e2e
@@ -30,19 +30,16 @@ async def _say(producer: Producer, session: str, message: str, **metadata: str) 
 async def test_a_fact_saved_in_one_session_is_recalled_in_another(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    server = ScriptedServer(memory_script).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-memory",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    pool = WorkerPool(env, tmp_path, agents="tests.memory_agents:agent", concurrency=4)
     user, other = f"u-{uuid.uuid4().hex[:8]}", f"u-{uuid.uuid4().hex[:8]}"
-    try:
-        pool.start(1)
-        await asyncio.to_thread(pool.wait_ready, redis_url, env["REACTQ_NAMESPACE"], 1)
+    with scripted_pool(
+        redis_url,
+        f"{namespace}-memory",
+        tmp_path,
+        ScriptedServer(memory_script),
+        workers=1,
+        agents="tests.memory_agents:agent",
+        concurrency=4,
+    ) as (env, _):
         async with Producer(Settings.from_env(env)) as producer:
             saved = await asyncio.wait_for(
                 _say(producer, "chat-a", "remember: I am allergic to peanuts", user_id=user), 60
@@ -76,6 +73,3 @@ async def test_a_fact_saved_in_one_session_is_recalled_in_another(
                 return keys
 
         assert sorted(await asyncio.to_thread(from_sync_code)) == sorted(["diet", key])
-    finally:
-        pool.stop()
-        server.stop()

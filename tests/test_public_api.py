@@ -85,6 +85,7 @@ PUBLIC = [
     # producing turns, reading events
     "CancelResult",
     "UndoReport",
+    "TodoItem",
     "DecideOutcome",
     "Document",
     "DocumentPage",

@@ -55,13 +55,8 @@ def pool_env(
         "REACTQ_TEST_LLM_URL": URL or "",
         "OPENAI_API_KEY": "no-key",
     }
-    pool = WorkerPool(env, tmp, agents="tests.real_llm_agents:agents", concurrency=2)
-    try:
-        pool.start(1)
-        pool.wait_ready(redis_url, env["REACTQ_NAMESPACE"], 1)
+    with WorkerPool(env, tmp, agents="tests.real_llm_agents:agents", concurrency=2).running(1):
         yield env
-    finally:
-        pool.stop()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from reactq.shared.events import Event, StartedEvent, TodosEvent
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.gateway_support import REACTQ
-from tests.helpers import ROOT, WorkerPool, worker_pid
+from tests.helpers import ROOT, scripted_pool, worker_pid
 from tests.todo_agents import plan_script, system_prompt
 
 pytestmark = pytest.mark.e2e
@@ -64,18 +64,16 @@ def _watch_until(env: dict[str, str], session: str, marker: str) -> str:
 async def test_a_plan_made_on_one_worker_is_in_the_next_turns_prompt_on_another(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    server = ScriptedServer(plan_script).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-todos",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    pool = WorkerPool(env, tmp_path, agents="tests.todo_agents:agents", concurrency=4)
-    try:
-        pool.start(2)
-        await asyncio.to_thread(pool.wait_ready, redis_url, env["REACTQ_NAMESPACE"], 2)
+    server = ScriptedServer(plan_script)
+    with scripted_pool(
+        redis_url,
+        f"{namespace}-todos",
+        tmp_path,
+        server,
+        workers=2,
+        agents="tests.todo_agents:agents",
+        concurrency=4,
+    ) as (env, pool):
         session = f"todos-{uuid.uuid4().hex[:8]}"
         async with Producer(Settings.from_env(env)) as producer:
             text, first, events = await asyncio.wait_for(_run(producer, session, "plan"), 60)
@@ -105,6 +103,3 @@ async def test_a_plan_made_on_one_worker_is_in_the_next_turns_prompt_on_another(
 
         shown = await asyncio.to_thread(_watch_until, env, session, "todos ")
         assert "todos      [~] read the spec; [ ] write the code" in shown
-    finally:
-        pool.stop()
-        server.stop()

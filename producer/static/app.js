@@ -5,7 +5,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { session: null, lastId: null, controller: null, retryTimer: null, turns: new Map() };
+const state = { session: null, lastId: null, controller: null, retryTimer: null, turns: new Map(), todoEvents: 0 };
 // For tests and the curious: every event id received, in order, and a way to drop the stream.
 window.reactqDebug = { ids: [], connects: 0, drop: () => state.controller && state.controller.abort("drop") };
 
@@ -81,6 +81,28 @@ function userMessage(ev) {
   return span;
 }
 
+function todoItems(list, items) {
+  const marks = { pending: "☐", in_progress: "◐", done: "☑" };
+  for (const item of items) list.append(el("li", "todo " + item.status, `${marks[item.status] || "?"} ${item.text}`));
+  if (!items.length) list.append(el("li", "todo empty", "(empty)"));
+  return list;
+}
+
+function showPlan(items) {
+  $("todo-list").replaceChildren(); todoItems($("todo-list"), items);
+  $("plan").hidden = false;
+}
+
+// The session's stored list (GET /v1/sessions/{id}/todos), for a session whose stream
+// no longer holds its todos events. A live event that arrives meanwhile is newer: it wins.
+async function loadTodos(session) {
+  const seen = state.todoEvents;
+  let items;
+  try { items = await getJSON(`/v1/sessions/${encodeURIComponent(session)}/todos`); } catch (err) { return; }  // a new session: none yet
+  if (state.session !== session || state.todoEvents !== seen || !items.length) return;
+  showPlan(items);
+}
+
 // ``box``: where a past turn's events go (showTurn); by default the live timeline's.
 function render(ev, box) {
   box = box || turnBox(ev);
@@ -115,19 +137,11 @@ function render(ev, box) {
     case "todos": {
       // The session's whole todo list after the change: one checkbox line an item, in
       // the timeline and, for a live event, in the "Todo list" panel (the latest list).
-      const items = (list) => {
-        const marks = { pending: "☐", in_progress: "◐", done: "☑" };
-        for (const item of ev.items) list.append(el("li", "todo " + item.status, `${marks[item.status] || "?"} ${item.text}`));
-        if (!ev.items.length) list.append(el("li", "todo empty", "(empty)"));
-        return list;
-      };
-      line(box, ev, "todos", "todos", items(el("ul", "todos")));
-      if (!box.classList.contains("past")) {
-        $("todo-list").replaceChildren(); items($("todo-list"));
-        $("plan").hidden = false;
-      }
+      line(box, ev, "todos", "todos", todoItems(el("ul", "todos"), ev.items));
+      if (!box.classList.contains("past")) { state.todoEvents += 1; showPlan(ev.items); }
       break;
     }
+    case "subagent": subagent(box, ev); break;
     case "error": line(box, ev, "error", "error", `${ev.code}: ${ev.message}`); break;
     case "approval_requested": {
       setStatus(box, "awaiting_approval");
@@ -167,6 +181,39 @@ function render(ev, box) {
     }
     default: break;  // deltas: not shown
   }
+}
+
+// A child turn's progress, forwarded to its parent's session: one indented block per
+// child session under the turn that delegated it (a grandchild's block nests in its
+// parent child's block, whose turn id starts the grandchild's session id), one row per
+// event, like `reactq watch`'s tree. The child's own session has the full stream.
+function subagent(box, ev) {
+  const sel = (attr, value) => `.subagent-tree[data-${attr}="${CSS.escape(value)}"]`;
+  let tree = box.querySelector(sel("child-session-id", ev.child_session_id));
+  if (!tree) {
+    tree = el("div", "subagent-tree");
+    tree.dataset.childSessionId = ev.child_session_id;
+    tree.dataset.childTurnId = ev.child_turn_id;
+    tree.dataset.depth = String(ev.depth);
+    let parent = box;
+    for (const other of box.querySelectorAll(".subagent-tree")) {
+      if (ev.child_session_id.startsWith(other.dataset.childTurnId + ":")) parent = other;
+    }
+    const head = el("div", "subagent-head");
+    head.append(el("span", "agent", `└ ${ev.agent}`), el("span", "child-session", ev.child_session_id),
+      el("span", "status queued", "queued"));
+    tree.append(head);
+    parent.append(tree);
+  }
+  if (ev.event === "started") setStatus(tree, "running");
+  if (ev.status) setStatus(tree, ev.status);
+  // The child's event type as data, not a class: a child's "final" row is not the turn's.
+  const row = el("div", "ev subagent");
+  row.dataset.eventId = ev.id;
+  row.dataset.event = ev.event;
+  row.append(el("span", "tag", ev.event));
+  row.append(document.createTextNode((ev.status ? `[${ev.status}] ` : "") + (ev.text || "")));
+  tree.append(row);
 }
 
 // A decision on a waiting tool call (POST /v1/turns/{id}/decisions); a denial asks why.
@@ -252,6 +299,7 @@ function watch() {
   $("timeline").replaceChildren();
   $("todo-list").replaceChildren(); $("plan").hidden = true;  // another session's plan
   connect(session);
+  loadTodos(session);
 }
 
 async function send(event) {

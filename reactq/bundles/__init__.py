@@ -35,7 +35,13 @@ from reactq.bundles.patch import PatchError, patch_tools
 from reactq.bundles.sandbox import SandboxLimits, sandbox_tools
 from reactq.bundles.search import SearchLimits
 from reactq.bundles.todos import todo_tools
-from reactq.bundles.workspace import FileChange, Workspace, WorkspaceError, Workspaces
+from reactq.bundles.workspace import (
+    FileChange,
+    Workspace,
+    WorkspaceError,
+    Workspaces,
+    settings_for,
+)
 from reactq.shared.settings import Settings
 from reactq.worker.agent.tools import Tool
 
@@ -74,12 +80,7 @@ def file_tools(
     changes the workspace; ``download`` adds ``download_file`` (network access:
     off unless asked for). ``download_timeout`` is that tool's time limit.
     """
-    if isinstance(settings_or_root, Settings):
-        settings = settings_or_root
-    elif settings_or_root is None:
-        settings = Settings.from_env()
-    else:
-        settings = Settings.from_env({}, workspace_root=os.fspath(settings_or_root))
+    settings = settings_for(settings_or_root)
     workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
     journal = Journal()
     tools = _file_tools(

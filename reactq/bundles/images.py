@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from reactq.bundles.workspace import Workspace, Workspaces, show, split_path
+from reactq.bundles.workspace import Workspace, Workspaces, settings_for, show, split_path
 from reactq.shared.errors import ToolError
 from reactq.shared.redis_client import connect
 from reactq.shared.settings import Settings
@@ -188,12 +188,7 @@ def image_tools(
     ``OPENAI_API_KEY``.
     """
     _pillow()  # fail at start-up, naming the extra, not at the first call
-    if isinstance(settings_or_root, Settings):
-        settings = settings_or_root
-    elif settings_or_root is None:
-        settings = Settings.from_env()
-    else:
-        settings = Settings.from_env({}, workspace_root=os.fspath(settings_or_root))
+    settings = settings_for(settings_or_root)
     workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
     answers = _Answers(settings)
     max_bytes = settings.image_max_bytes

@@ -38,7 +38,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from reactq.bundles.workspace import Workspace, WorkspaceError, Workspaces, split_path
+from reactq.bundles.workspace import (
+    Workspace,
+    WorkspaceError,
+    Workspaces,
+    settings_for,
+    split_path,
+)
 from reactq.shared.errors import ConfigError, ToolError
 from reactq.shared.settings import Settings
 from reactq.worker.agent.tools import Tool, ToolContext
@@ -508,12 +514,7 @@ def sandbox_tools(
     (the default) bubblewrap is probed once, here: when it is missing or cannot
     make its namespaces, the tools are left out and the log says why.
     """
-    if isinstance(settings_or_root, Settings):
-        settings = settings_or_root
-    elif settings_or_root is None:
-        settings = Settings.from_env()
-    else:
-        settings = Settings.from_env({}, workspace_root=os.fspath(settings_or_root))
+    settings = settings_for(settings_or_root)
     if settings.sandbox == "bwrap":
         problem = sandbox_problem(bwrap)
         if problem is not None:

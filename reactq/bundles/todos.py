@@ -8,7 +8,8 @@
 
 ``update_todos`` writes the list (the whole of it, or updates to some items by id)
 and ``list_todos`` reads it. The list lives in the state store (``StateStore.get_todos``
-/ ``set_todos``), so whichever worker runs the session's next turn sees it, and the
+/ ``set_todos``, fenced by the session's lease: a worker that lost it gets a tool error
+and writes nothing), so whichever worker runs the session's next turn sees it, and the
 current list is added to the system prompt of every model call of the session's
 turns. Each change is published as a ``todos`` event with the whole list.
 
@@ -25,7 +26,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 
-from reactq.shared.errors import ToolError
+from reactq.shared.errors import StaleLeaseError, ToolError
 from reactq.shared.events import TodosEvent
 from reactq.shared.state.todos import MAX_TODOS, TodoItem, TodoStatus, TodoStore
 from reactq.worker.agent.tools import Tool, ToolCategory, ToolContext
@@ -159,7 +160,14 @@ async def update_todos(
     for why in dropped:
         log.warning("update_todos dropped a malformed item of session %s: %s", ctx.session_id, why)
     if items != before:
-        await store.set_todos(ctx.session_id, items)
+        try:
+            await store.set_todos(ctx.session_id, items, fence=ctx.fence)
+        except StaleLeaseError:
+            # Another worker holds the session now and runs this turn on: its list wins.
+            raise ToolError(
+                "the todo list was not written: this worker no longer holds the lease of "
+                f"session {ctx.session_id} (another worker runs it now)"
+            ) from None
         if ctx.emitter is not None:
             await ctx.emitter.emit(
                 TodosEvent, items=[item.model_dump(mode="json") for item in items]

@@ -250,6 +250,41 @@ async def collect(
     return DocumentPage(documents=page)
 
 
+SEARCH_BATCH = 200
+"""Documents a filtered search reads at a time."""
+
+
+class DocumentSearch:
+    """``search_documents`` for every backend: the checks, the cursor and the filters
+    are here; a backend only reads a namespace's documents in key order."""
+
+    def _documents_in_key_order(
+        self, space: Namespace, *, after: str | None, prefix: str | None, batch: int
+    ) -> AsyncIterator[Document]:
+        """The namespace's documents whose key is after ``after`` (all for None), in
+        key order; a backend may skip keys without ``prefix`` and reads ``batch`` at a
+        time (limit + 1 unfiltered, so one read makes a page)."""
+        raise NotImplementedError  # pragma: no cover - each backend's
+
+    async def search_documents(
+        self,
+        namespace: NamespaceLike,
+        *,
+        prefix: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        limit: int = 10,
+        cursor: str | None = None,
+    ) -> DocumentPage:
+        """The namespace's documents in key order, filtered; see DocumentStore."""
+        space = check_namespace(namespace)
+        check_search(prefix, filter, query, limit)
+        after = decode_cursor(cursor)
+        batch = limit + 1 if not (filter or query) else max(limit + 1, SEARCH_BATCH)
+        documents = self._documents_in_key_order(space, after=after, prefix=prefix, batch=batch)
+        return await collect(documents, prefix=prefix, filter=filter, query=query, limit=limit)
+
+
 def load_document(namespace: Namespace, key: str, raw: Any) -> Document:
     """A stored ``{"value", "created_at", "updated_at"}`` record (JSON text or a
     mapping) as a Document."""

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from reactq.shared.state import documents as docs
-from reactq.shared.state.documents import Document, DocumentPage, Namespace, NamespaceLike
+from reactq.shared.state.documents import Document, DocumentSearch, Namespace, NamespaceLike
 
 
-class MemoryDocuments:
+class MemoryDocuments(DocumentSearch):
     """The DocumentStore contract in dicts; mixed into ``MemoryStateStore``.
 
     Documents are not sessions: the store's TTL and size bound leave them alone.
@@ -59,29 +59,11 @@ class MemoryDocuments:
         found = self._namespace_docs(docs.check_namespace(namespace))
         return found.pop(docs.check_key(key), None) is not None
 
-    async def search_documents(
-        self,
-        namespace: NamespaceLike,
-        *,
-        prefix: str | None = None,
-        filter: Mapping[str, Any] | None = None,
-        query: str | None = None,
-        limit: int = 10,
-        cursor: str | None = None,
-    ) -> DocumentPage:
-        """The namespace's documents in key order, filtered; see DocumentStore."""
-        space = docs.check_namespace(namespace)
-        docs.check_search(prefix, filter, query, limit)
-        after = docs.decode_cursor(cursor)
+    async def _documents_in_key_order(
+        self, space: Namespace, *, after: str | None, prefix: str | None, batch: int
+    ) -> AsyncIterator[Document]:
         found = self._namespace_docs(space)
         keys = sorted(found)
-        start = 0 if after is None else bisect.bisect_right(keys, after)
-
-        async def in_key_order() -> AsyncIterator[Document]:
-            for key in keys[start:]:
-                if key in found:
-                    yield found[key].model_copy(deep=True)
-
-        return await docs.collect(
-            in_key_order(), prefix=prefix, filter=filter, query=query, limit=limit
-        )
+        for key in keys[0 if after is None else bisect.bisect_right(keys, after) :]:
+            if key in found:
+                yield found[key].model_copy(deep=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from reactq.shared.state.base import stale
 from reactq.shared.state.todos import TodoItem
 
 
@@ -11,6 +13,9 @@ class MemoryTodos:
     """The TodoStore contract in a dict; mixed into ``MemoryStateStore``."""
 
     _todos: dict[str, list[TodoItem]]
+
+    def _touch(self, session_id: str) -> Any:
+        raise NotImplementedError  # pragma: no cover - MemoryStateStore's
 
     def _todo_lists(self) -> dict[str, list[TodoItem]]:
         if not hasattr(self, "_todos"):
@@ -21,8 +26,13 @@ class MemoryTodos:
         """The session's list; see TodoStore."""
         return list(self._todo_lists().get(session_id, []))
 
-    async def set_todos(self, session_id: str, items: Sequence[TodoItem]) -> None:
-        """Replace the session's list; see TodoStore."""
+    async def set_todos(
+        self, session_id: str, items: Sequence[TodoItem], fence: int | None = None
+    ) -> None:
+        """Replace the session's list, fenced; see TodoStore."""
+        session = self._touch(session_id)
+        if fence is not None and session is not None and session.fence > fence:
+            raise stale(session_id, session.fence, fence)
         if items:
             self._todo_lists()[session_id] = list(items)
         else:

@@ -21,18 +21,17 @@ from redis.asyncio import Redis
 
 from reactq.shared.redis_client import lua_source
 from reactq.shared.state import documents as docs
-from reactq.shared.state.documents import Document, DocumentPage, Namespace, NamespaceLike
+from reactq.shared.state.documents import Document, DocumentSearch, Namespace, NamespaceLike
 
 _PUT = lua_source(__name__, "state_doc_put")
 _DELETE = lua_source(__name__, "state_doc_delete")
-_BATCH = 200
 
 
 def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-class RedisDocuments:
+class RedisDocuments(DocumentSearch):
     """The DocumentStore contract on Redis; mixed into ``RedisStateStore``."""
 
     redis: Redis
@@ -94,42 +93,22 @@ class RedisDocuments:
         remove = self.redis.register_script(_DELETE)
         return bool(await remove(keys=self._doc_keys(space), args=[key]))
 
-    async def search_documents(
-        self,
-        namespace: NamespaceLike,
-        *,
-        prefix: str | None = None,
-        filter: Mapping[str, Any] | None = None,
-        query: str | None = None,
-        limit: int = 10,
-        cursor: str | None = None,
-    ) -> DocumentPage:
-        """The namespace's documents in key order, filtered; see DocumentStore."""
-        space = docs.check_namespace(namespace)
-        docs.check_search(prefix, filter, query, limit)
-        after = docs.decode_cursor(cursor)
-        batch = limit + 1 if not (filter or query) else max(limit + 1, _BATCH)
+    async def _documents_in_key_order(
+        self, space: Namespace, *, after: str | None, prefix: str | None, batch: int
+    ) -> AsyncIterator[Document]:
         index = self._doc_keys(space)[1]
-
-        async def in_key_order() -> AsyncIterator[Document]:
-            # Keys are ASCII: "[prefix" .. "(prefix\x7f" holds exactly those it starts.
-            low = f"({after}" if after is not None else "-"
-            if prefix and (after is None or after < prefix):
-                low = f"[{prefix}"
-            high = f"({prefix}\x7f" if prefix else "+"
-            while True:
-                keys = [
-                    _text(k)
-                    for k in await self.redis.zrange(
-                        index, low, high, bylex=True, offset=0, num=batch
-                    )
-                ]
-                for document in await self._documents(space, keys):
-                    yield document
-                if len(keys) < batch:
-                    return
-                low = f"({keys[-1]}"
-
-        return await docs.collect(
-            in_key_order(), prefix=prefix, filter=filter, query=query, limit=limit
-        )
+        # Keys are ASCII: "[prefix" .. "(prefix\x7f" holds exactly those it starts.
+        low = f"({after}" if after is not None else "-"
+        if prefix and (after is None or after < prefix):
+            low = f"[{prefix}"
+        high = f"({prefix}\x7f" if prefix else "+"
+        while True:
+            keys = [
+                _text(k)
+                for k in await self.redis.zrange(index, low, high, bylex=True, offset=0, num=batch)
+            ]
+            for document in await self._documents(space, keys):
+                yield document
+            if len(keys) < batch:
+                return
+            low = f"({keys[-1]}"

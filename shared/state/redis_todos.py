@@ -9,8 +9,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
+from reactq.shared.state.base import stale
 from reactq.shared.state.todos import TodoItem, dump_todos, load_todos
+
+# KEYS: the session's state hash, its todos key. ARGV: the fence ('' unfenced), the
+# list's JSON ('' to remove it). Returns the stored token when it refuses, else nil.
+_SET = """
+local stored = tonumber(redis.call('HGET', KEYS[1], 'fence') or '')
+local fence = tonumber(ARGV[1])
+if fence and stored and stored > fence then return tostring(stored) end
+if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+return nil
+"""
 
 
 class RedisTodos:
@@ -18,6 +30,7 @@ class RedisTodos:
 
     redis: Redis
     namespace: str
+    _set_todos: AsyncScript
 
     def _todos_key(self, session_id: str) -> str:
         return f"{self.namespace}:s:{{{session_id}}}:state:todos"
@@ -26,9 +39,17 @@ class RedisTodos:
         """The session's list; see TodoStore."""
         return load_todos(await self.redis.get(self._todos_key(session_id)))
 
-    async def set_todos(self, session_id: str, items: Sequence[TodoItem]) -> None:
-        """Replace the session's list (a delete for an empty one)."""
-        if items:
-            await self.redis.set(self._todos_key(session_id), dump_todos(items))
-        else:
-            await self.redis.delete(self._todos_key(session_id))
+    async def set_todos(
+        self, session_id: str, items: Sequence[TodoItem], fence: int | None = None
+    ) -> None:
+        """Replace the session's list (a delete for an empty one), the fence checked in
+        the same script; see TodoStore."""
+        if not hasattr(self, "_set_todos"):
+            self._set_todos = self.redis.register_script(_SET)
+        state = f"{self.namespace}:s:{{{session_id}}}:state"
+        reply = await self._set_todos(
+            keys=[state, self._todos_key(session_id)],
+            args=["" if fence is None else fence, dump_todos(items) if items else ""],
+        )
+        if fence is not None and reply is not None and int(reply) > fence:
+            raise stale(session_id, int(reply), fence)

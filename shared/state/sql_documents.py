@@ -12,14 +12,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
 from reactq.shared.state import documents as docs
-from reactq.shared.state.documents import Document, DocumentPage, NamespaceLike
+from reactq.shared.state.documents import Document, DocumentSearch, Namespace, NamespaceLike
 from reactq.shared.state.sql_ops import dialect_insert
 from reactq.shared.state.sql_schema import documents
 
 T = TypeVar("T")
-
-_BATCH = 200
-"""Rows a filtered search reads at a time."""
 
 
 def _document(row: Any) -> Document:
@@ -32,7 +29,7 @@ def _document(row: Any) -> Document:
     )
 
 
-class SqlDocuments:
+class SqlDocuments(DocumentSearch):
     """The DocumentStore contract on SQL; mixed into ``SqlStateStore``, whose
     transactions and dialect it uses."""
 
@@ -90,28 +87,15 @@ class SqlDocuments:
         query = delete(documents).where(documents.c.namespace == space, documents.c.key == key)
         return await self._write(lambda conn: conn.execute(query).rowcount > 0)
 
-    async def search_documents(
-        self,
-        namespace: NamespaceLike,
-        *,
-        prefix: str | None = None,
-        filter: Mapping[str, Any] | None = None,
-        query: str | None = None,
-        limit: int = 10,
-        cursor: str | None = None,
-    ) -> DocumentPage:
-        """The namespace's documents in key order, filtered; see DocumentStore.
-
-        The key prefix runs in SQL; the value's filters (JSON text, whose query
-        functions differ between SQLite and PostgreSQL) run on the rows, read in batches.
-        """
-        space = docs.dotted(docs.check_namespace(namespace))
-        docs.check_search(prefix, filter, query, limit)
-        after = docs.decode_cursor(cursor)
-        batch = limit + 1 if not (filter or query) else max(limit + 1, _BATCH)
+    async def _documents_in_key_order(
+        self, space: Namespace, *, after: str | None, prefix: str | None, batch: int
+    ) -> AsyncIterator[Document]:
+        # The key prefix runs in SQL; the value's filters (JSON text, whose query
+        # functions differ between SQLite and PostgreSQL) run on the rows, in batches.
+        name = docs.dotted(space)
 
         def rows_after(key: str | None, conn: Connection) -> list[Document]:
-            stmt = select(documents).where(documents.c.namespace == space)
+            stmt = select(documents).where(documents.c.namespace == name)
             if key is not None:
                 stmt = stmt.where(documents.c.key > key)
             if prefix:
@@ -119,16 +103,11 @@ class SqlDocuments:
             stmt = stmt.order_by(documents.c.key).limit(batch)
             return [_document(row) for row in conn.execute(stmt).mappings()]
 
-        async def in_key_order() -> AsyncIterator[Document]:
-            key = after
-            while True:
-                rows = await self._read(functools.partial(rows_after, key))
-                for row in rows:
-                    yield row
-                if len(rows) < batch:
-                    return
-                key = rows[-1].key
-
-        return await docs.collect(
-            in_key_order(), prefix=prefix, filter=filter, query=query, limit=limit
-        )
+        key = after
+        while True:
+            rows = await self._read(functools.partial(rows_after, key))
+            for row in rows:
+                yield row
+            if len(rows) < batch:
+                return
+            key = rows[-1].key

@@ -10,7 +10,8 @@ from typing import TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
-from reactq.shared.state.sql_ops import dialect_insert
+from reactq.shared.state.base import stale
+from reactq.shared.state.sql_ops import dialect_insert, lock_session_if_any
 from reactq.shared.state.sql_schema import todos
 from reactq.shared.state.todos import TodoItem, dump_todos, load_todos
 
@@ -38,11 +39,19 @@ class SqlTodos:
 
         return load_todos(await self._read(op))
 
-    async def set_todos(self, session_id: str, items: Sequence[TodoItem]) -> None:
-        """Replace the session's list (one upsert, or a delete for an empty one)."""
+    async def set_todos(
+        self, session_id: str, items: Sequence[TodoItem], fence: int | None = None
+    ) -> None:
+        """Replace the session's list (one upsert, or a delete for an empty one), fenced
+        in the same transaction: the session's row is locked while the token is checked
+        and the list written; see TodoStore."""
         text, now = dump_todos(items), time.time()
 
         def op(conn: Connection) -> None:
+            if fence is not None:
+                found = lock_session_if_any(conn, session_id)
+                if found is not None and found[1] > fence:
+                    raise stale(session_id, found[1], fence)
             if not items:
                 conn.execute(delete(todos).where(todos.c.session_id == session_id))
                 return

@@ -4,7 +4,8 @@ whichever worker runs the session's next turn reads the same list.
 The list is one value per session, replaced whole (``set_todos``): the tools that
 edit it (``reactq.bundles.todos``) read it, apply the model's changes and write it
 back, and a session's turns never run at once, so nothing interleaves. It is saved
-when the tool runs, not with the turn's commit, and goes with the session.
+when the tool runs, not with the turn's commit, fenced by the session's lease as the
+commit is (a worker that lost the lease writes nothing), and goes with the session.
 """
 
 from __future__ import annotations
@@ -64,8 +65,17 @@ class TodoStore(Protocol):
         """The session's list, in order ([] when it has none)."""
         ...
 
-    async def set_todos(self, session_id: str, items: Sequence[TodoItem]) -> None:
-        """Replace the session's list (an empty one removes it)."""
+    async def set_todos(
+        self, session_id: str, items: Sequence[TodoItem], fence: int | None = None
+    ) -> None:
+        """Replace the session's list (an empty one removes it).
+
+        With ``fence`` (the writer's lease token), StaleLeaseError and nothing written
+        when the store has recorded a newer token for the session: a worker that lost
+        the session's lease no longer writes its list, as it no longer commits. The
+        token is checked, not recorded (the holder's ``begin_turn`` recorded it); a
+        session the store does not have yet has nothing to fence.
+        """
         ...
 
 

@@ -217,6 +217,7 @@ class AgentRunner:
                 agent=self.agent_name,
                 store=self.store,
                 emitter=emitter,
+                fence=fence,
             )
 
             async def on_step(step: int, steps: list[ChatMessage]) -> None:

@@ -60,6 +60,10 @@ class ToolContext:
     keep per-session records across workers (the todo list) read and write."""
     emitter: TurnEmitter | None = field(default=None, repr=False, compare=False)
     """Publishes events on the turn's stream (None outside a run)."""
+    fence: int | None = None
+    """The token of the session's lease this run holds (None: unfenced, outside a
+    pool): what tools that write the ``store`` pass, so that a worker that lost the
+    lease writes nothing (the todo list)."""
 
 
 PromptSection: TypeAlias = Callable[[ToolContext], Awaitable[str | None]]
