@@ -53,7 +53,7 @@ from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
 from reactq.shared.protocol.children import Children
 from reactq.shared.protocol.control import CancelMode, notify_cancel
-from reactq.shared.protocol.dispatch import Dispatcher
+from reactq.shared.protocol.dispatch import BROKER_ERRORS, Dispatcher
 from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
@@ -316,6 +316,8 @@ class Producer:
         knobs the agent allows (``Agent(overridable=...)``) for this turn only.
         ``webhook`` (else the agent's ``Agent(webhook=...)``) is POSTed, signed with
         REACTQ_WEBHOOK_SECRET, once the turn ends, however it ends (README, "Webhooks").
+        With the Celery broker unreachable the turn is still queued (a warning is
+        logged): a worker's reaper dispatches it once the broker is back.
 
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
         session id, an empty, oversized or unencodable message (or image, or a part that
@@ -405,7 +407,7 @@ class Producer:
             why = f"superseded by {turn.turn_id}"
             await self._ended(await endings.cancelled(self.publisher, session_id, dropped, why))
         if outcome.needs_dispatch:
-            await self.dispatcher.drain(session_id, agent)
+            await self._dispatch(session_id, agent)
         return TurnHandle(self, turn, queued)
 
     async def cancel(self, turn_id: str) -> CancelResult:
@@ -544,7 +546,22 @@ class Producer:
     async def _dispatch_if_work(self, session_id: str) -> None:
         agent = await self.queue.session_agent(session_id)
         if agent is not None and await self.queue.has_work(session_id):
+            await self._dispatch(session_id, agent)
+
+    async def _dispatch(self, session_id: str, agent: str) -> None:
+        """Send the session's drain; with the broker unreachable, only warn."""
+        try:
             await self.dispatcher.drain(session_id, agent)
+        except BROKER_ERRORS as exc:
+            # The turns are safe in Redis and the session has a dispatch deadline (the
+            # lease TTL): a worker's reaper dispatches it once the broker answers.
+            # Raising would tell the caller the turn failed while it will still run.
+            log.warning(
+                "session %s: its turn is queued, but the Celery broker is unreachable (%s); "
+                "a worker's reaper dispatches it once the broker is back",
+                session_id,
+                exc,
+            )
 
     def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
         """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""

@@ -5,7 +5,9 @@ Producer``); docs/api.md lists them by group and says which modules are
 implementation detail. The optional extras load on first use and fail with an
 ImportError naming the extra: ``MCPClient`` and ``MCPProvider`` need
 ``reactq[mcp]``; ``GatewayClient``, ``GatewayRequestError`` and ``create_app``
-need ``reactq[gateway]``. Fakes for your own tests live in ``reactq.testing``.
+need ``reactq[gateway]``. They are imported by name, not by ``from reactq import *``
+(they are not in ``__all__``), so a star import works without any extra. Fakes for
+your own tests live in ``reactq.testing``.
 """
 
 from __future__ import annotations
@@ -166,10 +168,12 @@ from reactq.worker.agent.delegation import Subagent
 from reactq.worker.agent.guardrails import Guardrail, GuardrailBlockedError, GuardrailResult
 from reactq.worker.definitions import Agent, AgentConfigError, load_agents
 
-if TYPE_CHECKING:
-    from reactq.producer.gateway import create_app
-    from reactq.producer.gateway_client import GatewayClient, GatewayRequestError
-    from reactq.worker.agent.mcp import MCPClient, MCPProvider
+if TYPE_CHECKING:  # re-exported by name (``as``), outside ``__all__``: see the docstring
+    from reactq.producer.gateway import create_app as create_app
+    from reactq.producer.gateway_client import GatewayClient as GatewayClient
+    from reactq.producer.gateway_client import GatewayRequestError as GatewayRequestError
+    from reactq.worker.agent.mcp import MCPClient as MCPClient
+    from reactq.worker.agent.mcp import MCPProvider as MCPProvider
 
 try:
     __version__ = version("reactq")
@@ -208,8 +212,6 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ToolGate",
     "Hooks",
     # MCP servers' tools (the mcp extra)
-    "MCPClient",
-    "MCPProvider",
     # models and cost
     "LLMClient",
     "LLMResponse",
@@ -246,8 +248,6 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "TurnInfo",
     "TurnStatus",
     # over HTTP (the gateway extra)
-    "GatewayClient",
-    "create_app",
     # configuration
     "Settings",
     # events and messages
@@ -344,7 +344,6 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "UndoConflictError",
     "AlreadyUndoneError",
     "NothingToUndoError",
-    "GatewayRequestError",
     # signals a tool raises for the model to read (they never reach a caller)
     "ToolError",
     "ToolDeniedError",
@@ -376,4 +375,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | set(_EXTRAS))

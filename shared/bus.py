@@ -449,14 +449,23 @@ class _RedisSubscription(Subscription):
 
     async def __anext__(self) -> Event:
         failures = 0
+        task = asyncio.current_task()
         while not self._ready:
             if self._closed or self._bus.closed:
                 raise StopAsyncIteration
+            cancels = task.cancelling() if task is not None else 0
             cursor = await self.start()
             try:
                 response = await self._bus.redis.xread(
                     {self._key: cursor}, count=self._bus.batch, block=self._bus.block_ms
                 )
+                # Python 3.11's asyncio.wait_for, which redis-py writes each command
+                # through, returns instead of raising when a cancel lands just as the
+                # command went out (CPython gh-86296, fixed in 3.12): the read then
+                # blocks on, and this loop would read again forever. Once the read is
+                # back (within block_ms), end as the cancel asked.
+                if task is not None and task.cancelling() > cancels:
+                    raise asyncio.CancelledError
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if self._closed or self._bus.closed:
                     raise StopAsyncIteration from None

@@ -91,8 +91,9 @@ class Keys:
         return self._s(session_id, "steps")
 
     def webhook(self, session_id: str, turn_id: str) -> str:
-        """A hash of the turn's webhook: its URL, agent, whether its delivery was
-        enqueued, and one ``attempt:<n>`` field per POST (``shared/webhooks.py``)."""
+        """A hash of the turn's webhook: its URL, agent, its delivery, whether it was
+        enqueued, the last attempt started (and whether it is in flight), whether the
+        delivery is over, and one ``attempt:<n>`` field per POST (``shared/webhooks.py``)."""
         return self._s(session_id, f"webhook:{turn_id}")
 
     def lease(self, session_id: str) -> str:
@@ -148,6 +149,16 @@ class Keys:
         ``session_id``'s deadline (one per shard on a cluster); read by the reaper,
         written only by ``protocol/deadlines.lua``."""
         return self._per_shard("leases", session_id)
+
+    def webhook_deadlines(self, session_id: str) -> str:
+        """The sorted set ``[session_id, turn_id]`` -> Unix time by which the turn's
+        webhook delivery must show progress, else the reaper sends it again (one per
+        shard on a cluster, beside the session's ``webhook`` hashes)."""
+        return self._per_shard("webhooks_due", session_id)
+
+    def webhook_deadline_sets(self) -> list[str]:
+        """Every ``webhook_deadlines`` set."""
+        return self._every_shard("webhooks_due")
 
     def deadline_sets(self) -> list[str]:
         """Every ``lease_deadlines`` set."""

@@ -118,7 +118,13 @@ async def post(
 
 async def deliver(delivery: Delivery, settings: Settings, webhooks: Webhooks, send: Send) -> bool:
     """Run one attempt, record it, and enqueue the next after its backoff when it failed
-    and attempts are left. True when the receiver took it."""
+    and attempts are left. True when the receiver took it.
+
+    The attempt is marked in flight first (``Webhooks.begin``): if this worker dies
+    before its outcome is recorded, a reaper sends the next attempt once the mark's
+    deadline passed. An attempt already started (a repeated message) is not sent."""
+    if not await webhooks.begin(delivery):
+        return False
     attempt, retry = await post(delivery, settings)
     wait: float | None = None
     if retry and delivery.attempt < settings.webhook_max_attempts:

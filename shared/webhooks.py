@@ -11,8 +11,15 @@ final (a worker, or the producer for a turn that never ran) then calls
 Delivery is at least once: the mark is written after the task is sent, and a
 worker killed between publishing a turn's final and enqueuing its delivery leaves
 the turn in its running slot, so the next attempt (``endings.committed``) finds the
-final and enqueues the delivery then. A receiver may therefore see one delivery
-twice (same ``Reactq-Delivery`` id, the turn's): it should dedupe on that header.
+final and enqueues the delivery then. The task's message is acked as soon as the
+worker's loop takes it, so the worker's death does not bring it back: a delivery
+has a deadline instead (``Keys.webhook_deadlines``), set when it is enqueued, when
+an attempt starts (``begin``, which also skips an attempt already started) and when
+one is recorded, each ``REACTQ_WEBHOOK_TIMEOUT_SECONDS + REACTQ_LEASE_TTL_SECONDS``
+past the moment the delivery should show progress; a worker's reaper sends the next
+attempt of an overdue one (``reap``), recording the attempt that was in flight as
+lost. A receiver may therefore see one delivery twice (same ``Reactq-Delivery`` id,
+the turn's): it should dedupe on that header.
 
 Signature: ``Reactq-Signature: v1=<hex>``, the HMAC-SHA256 with
 ``REACTQ_WEBHOOK_SECRET`` of ``<Reactq-Timestamp>.<body>`` (the timestamp header's
@@ -37,7 +44,7 @@ from reactq.shared.errors import WebhookRefusedError
 from reactq.shared.events import FinalEvent
 from reactq.shared.keys import Keys
 from reactq.shared.netcheck import AllowList, IPAddress, host_refusal, resolve_host
-from reactq.shared.redis_client import text
+from reactq.shared.redis_client import lua_source, text
 from reactq.shared.settings import Settings
 
 __all__ = [
@@ -67,6 +74,17 @@ TIMESTAMP_HEADER = "Reactq-Timestamp"
 DELIVERY_HEADER = "Reactq-Delivery"
 """The delivery's id (the turn's id): the same on every attempt and on a repeat."""
 ATTEMPT_HEADER = "Reactq-Attempt"
+
+IN_FLIGHT = "no outcome yet: the POST is in flight"
+"""The error an attempt shows while its POST runs."""
+LOST = (
+    "no outcome: the worker sending it stopped before the receiver answered "
+    "(the receiver may have got it)"
+)
+"""The error of an attempt whose worker died before recording its outcome."""
+
+_BEGIN = lua_source(__name__, "webhook_begin")
+_CLAIM = lua_source(__name__, "webhook_claim")
 
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 Send = Callable[["Delivery", float | None], Awaitable[None]]
@@ -190,7 +208,8 @@ class WebhookStatus(BaseModel):
     """``waiting`` for the turn to end, ``pending`` (enqueued, or retrying),
     ``delivered`` (a 2xx) or ``failed`` (attempts used up, or refused at delivery)."""
     attempts: list[WebhookAttempt]
-    """Its POSTs so far, oldest first."""
+    """Its POSTs so far, oldest first; one in flight shows ``ok=False`` and the error
+    ``IN_FLIGHT`` until it is answered (``LOST`` if its worker died first)."""
 
 
 def body_of(final: FinalEvent) -> str:
@@ -208,6 +227,10 @@ def body_of(final: FinalEvent) -> str:
     )
 
 
+def _member(delivery: Delivery) -> str:
+    return json.dumps([delivery.session_id, delivery.turn_id])
+
+
 class Webhooks:
     """The turns' webhook records in Redis (``Keys.webhook``): kept as long as the
     session's turn statuses, or a turn's wait for approval if that is longer."""
@@ -218,6 +241,12 @@ class Webhooks:
         self.ttl = max(
             settings.session_meta_ttl_seconds, int(settings.approval_timeout_seconds) + 3600
         )
+        self.max_attempts = settings.webhook_max_attempts
+        # An attempt shows its outcome within its POST's timeout; the lease TTL on top
+        # covers a worker that is merely busy (as long as a dead worker holds a session).
+        self.grace = settings.webhook_timeout_seconds + settings.lease_ttl_seconds
+        self._begin = redis.register_script(_BEGIN)
+        self._claim = redis.register_script(_CLAIM)
 
     async def register(self, session_id: str, turn_id: str, url: str, agent: str) -> None:
         """Record the webhook of a turn about to be pushed."""
@@ -241,6 +270,13 @@ class Webhooks:
             url=fields["url"],
             body=body_of(final),
         )
+        # The deadline first: if the send fails (the broker is down) or no worker ever
+        # starts the delivery, a reaper sends it.
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, "delivery", delivery.model_dump_json())
+            pipe.expire(key, self.ttl)
+            pipe.zadd(self._due(delivery), {_member(delivery): time.time() + self.grace})
+            await pipe.execute()
         await send(delivery, None)
         # Marked after the send: a crash in between repeats it (at least once).
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -249,13 +285,85 @@ class Webhooks:
             await pipe.execute()
         return True
 
+    async def begin(self, delivery: Delivery) -> bool:
+        """Mark the delivery's attempt in flight (shown until its outcome is recorded)
+        and give it a deadline; False when it must not be sent: the turn's delivery is
+        over, forgotten, or this attempt (or a later one) was started already."""
+        now = time.time()
+        in_flight = WebhookAttempt(
+            attempt=delivery.attempt,
+            at=now,
+            ok=False,
+            error=IN_FLIGHT,
+            next_attempt_at=now + self.grace,
+        )
+        started = await self._begin(
+            keys=[self.keys.webhook(delivery.session_id, delivery.turn_id), self._due(delivery)],
+            args=[
+                delivery.attempt,
+                f"attempt:{delivery.attempt:02d}",
+                in_flight.model_dump_json(),
+                _member(delivery),
+                now + self.grace,
+                self.ttl,
+            ],
+        )
+        return bool(started)
+
     async def record(self, delivery: Delivery, attempt: WebhookAttempt) -> None:
-        """Record one POST of a delivery."""
+        """Record one POST of a delivery, and when the next is due (or that none is)."""
         key = self.keys.webhook(delivery.session_id, delivery.turn_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, f"attempt:{attempt.attempt:02d}", attempt.model_dump_json())
+            pipe.hdel(key, "inflight")
+            if attempt.next_attempt_at is None:
+                pipe.hset(key, "done", "1")
+                pipe.zrem(self._due(delivery), _member(delivery))
+            else:
+                due = attempt.next_attempt_at + self.grace
+                pipe.zadd(self._due(delivery), {_member(delivery): due})
             pipe.expire(key, self.ttl)
             await pipe.execute()
+
+    async def reap(self, send: Send, limit: int = 100) -> int:
+        """Send again the deliveries whose deadline passed: their worker died mid-POST,
+        or before it started a queued or retried attempt. The attempt in flight, if any,
+        is recorded as lost. Returns how many were sent."""
+        sent = 0
+        for due in self.keys.webhook_deadline_sets():
+            now = time.time()
+            members = await self._claim(keys=[due], args=[now, now + self.grace, limit])
+            for raw in members:
+                session_id, turn_id = json.loads(text(raw))
+                if await self._resend(due, session_id, turn_id, raw, now, send):
+                    sent += 1
+        return sent
+
+    async def _resend(
+        self, due: str, session_id: str, turn_id: str, member: object, now: float, send: Send
+    ) -> bool:
+        key = self.keys.webhook(session_id, turn_id)
+        fields = {text(k): text(v) for k, v in (await self.redis.hgetall(key)).items()}
+        if "delivery" not in fields or fields.get("done"):
+            await self.redis.zrem(due, member)  # type: ignore[arg-type]
+            return False
+        last = int(fields.get("last", "0"))
+        lost = fields.get(f"attempt:{last:02d}")
+        retry = last < self.max_attempts
+        if lost is not None and fields.get("inflight") == str(last):
+            attempt = WebhookAttempt.model_validate_json(lost)
+            attempt.error = LOST + ("; sent again" if retry else "; no attempts left")
+            attempt.next_attempt_at = now if retry else None
+            await self.record(Delivery.model_validate_json(fields["delivery"]), attempt)
+        if not retry:
+            await self.redis.zrem(due, member)  # type: ignore[arg-type]
+            return False
+        delivery = Delivery.model_validate_json(fields["delivery"])
+        await send(delivery.model_copy(update={"attempt": last + 1}), None)
+        return True
+
+    def _due(self, delivery: Delivery) -> str:
+        return self.keys.webhook_deadlines(delivery.session_id)
 
     async def status(self, session_id: str, turn_id: str) -> WebhookStatus | None:
         """The turn's webhook and its attempts; None when it has none (or Redis forgot)."""

@@ -37,6 +37,8 @@ def _scripted_together(keys: Keys, sid: str) -> list[str]:
         keys.approvals(sid),
         keys.approvals_index(sid),
         keys.lease_deadlines(sid),
+        keys.webhook(sid, "t_0123456789abcdef"),
+        keys.webhook_deadlines(sid),
     ]
 
 

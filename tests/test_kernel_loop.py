@@ -317,5 +317,6 @@ def test_models_and_dataclasses_are_formatted_by_field() -> None:
     assert format_tool_result(Weather(city="Oslo", temp=-2)) == '{"city": "Oslo", "temp": -2.0}'
     assert format_tool_result([ToolContext("s", "t", 1)]) == (
         '[{"session_id": "s", "turn_id": "t", "attempt": 1, "resumed": false, '
-        '"context": {}, "metadata": {}, "agent": "", "store": null, "emitter": null}]'
+        '"context": {}, "metadata": {}, "agent": "", "store": null, "emitter": null, '
+        '"fence": null}]'
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.message
 import email.parser
+import json
 import os
 import re
 import shutil
@@ -253,3 +254,102 @@ def test_a_turn_runs_from_the_application_folder(app: Path) -> None:
     assert state.exists() and not (app / ".reactq" / "state.db").exists()
     demo = _run([reactq, "demo", "--in-process", "--sessions", "1"], cwd=app, env=env)
     assert "completed" in demo.stdout
+
+
+# --- installed with the base dependencies only (no extra) ---------------------------
+
+
+def _base_closure() -> set[str]:
+    """Normalized names of the distributions ``pip install reactq`` brings (no extra)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo: list[tuple[str, frozenset[str]]] = [("reactq", frozenset())]
+    while todo:
+        name, extras = todo.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # a marker for another platform or Python
+        key = f"{canonicalize_name(name)}[{','.join(sorted(extras))}]"
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in dist.requires or []:
+            req = Requirement(line)
+            wanted = req.marker is None or any(
+                req.marker.evaluate({"extra": e}) for e in ("", *extras)
+            )
+            if wanted:
+                todo.append((req.name, frozenset(req.extras)))
+    return {key.split("[")[0] for key in seen} - {"reactq"}
+
+
+def _base_site(dest: Path) -> Path:
+    """A folder that holds links to the base dependencies' files of this .venv, nothing else."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    dest.mkdir()
+    wanted = _base_closure()
+    for dist in metadata.distributions():
+        if canonicalize_name(dist.metadata["Name"]) not in wanted:
+            continue
+        for top in {
+            f.parts[0] for f in dist.files or [] if f.parts[0] not in ("..", "__pycache__")
+        }:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists() and not (dest / top).exists():
+                (dest / top).symlink_to(source)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def base_python(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("base")
+    venv = folder / ".venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", venv])
+    python = venv / "bin" / "python"
+    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", python, "-q"]
+    _run([*pip, "--disable-pip-version-check", "install", "--no-deps", "--no-index", dists.wheel])
+    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    deps = _base_site(folder / "base-deps")
+    (Path(site.stdout.strip()) / "reactq_test_deps.pth").write_text(f"{deps}\n")
+    return python
+
+
+def test_import_star_works_without_any_extra(base_python: Path, tmp_path: Path) -> None:
+    absent = ("fastapi", "uvicorn", "mcp", "flower", "prometheus_client", "opentelemetry", "PIL")
+    code = (
+        "import importlib.util, json\n"
+        "from reactq import *\n"
+        "import reactq\n"
+        "starred = [n for n in ('create_app', 'MCPClient') if n in globals()]\n"
+        "missing = [n for n in reactq.__all__ if n not in globals()]\n"
+        f"present = [m for m in {absent!r} if importlib.util.find_spec(m)]\n"
+        "said = {}\n"
+        "for name in ('create_app', 'MCPClient', 'MCPProvider'):\n"
+        "    try:\n"
+        "        exec(f'from reactq import {name}')\n"
+        "    except ImportError as exc:\n"
+        "        said[name] = str(exc)\n"
+        "try:\n"
+        "    reactq.create_app\n"
+        "except ImportError as exc:\n"
+        "    said['reactq.create_app'] = str(exc)\n"
+        "print(json.dumps([missing, present, said, Agent.__module__, starred]))\n"
+    )
+    out = _run([base_python, "-c", code], cwd=tmp_path, env=_app_env(tmp_path))
+    missing, present, said, agent_module, starred = json.loads(out.stdout)
+    assert starred == []  # the extras' names are imported by name only
+    assert present == []  # the venv really has no extra
+    assert missing == []
+    assert agent_module == "reactq.worker.definitions"
+    assert "pip install 'reactq[gateway]'" in said["create_app"]
+    assert "pip install 'reactq[gateway]'" in said["reactq.create_app"]
+    assert "pip install 'reactq[mcp]'" in said["MCPClient"]
+    assert "pip install 'reactq[mcp]'" in said["MCPProvider"]

@@ -53,6 +53,8 @@ class Receiver:
     failures: int = 0
     got: list[Delivery] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)
+    hold: threading.Event | None = None
+    """When set, the first request of each turn gets no answer until the event is set."""
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
@@ -67,6 +69,8 @@ class Receiver:
                 receiver.got.append(Delivery(headers, body, time.time(), verify(headers, body)))
                 turn = json.loads(body)["turn_id"]
                 receiver.seen[turn] = receiver.seen.get(turn, 0) + 1
+                if receiver.hold is not None and receiver.seen[turn] == 1:
+                    receiver.hold.wait(60)
                 code = 500 if receiver.seen[turn] <= receiver.failures else 200
                 self.send_response(code)
                 self.send_header("Content-Length", "0")

@@ -68,6 +68,10 @@ async def reap_forever(drainer: Drainer, interval: float, retry: float) -> None:
                     # The broker may be down: the deadline was pushed one retry
                     # period on, so this or another reaper tries again then.
                     log.exception("reaper: could not re-dispatch session %s", session_id)
+            if drainer.webhooks is not None and drainer.send_webhook is not None:
+                # A delivery whose worker died mid-POST (or before it began) is sent again.
+                if sent := await drainer.webhooks.reap(drainer.send_webhook, limit=200):
+                    log.warning("reaper: sent %d overdue webhook deliveries again", sent)
             backoff = interval
         except RedisError as exc:
             log.warning("reaper: %s; retrying in %.1fs", exc, backoff)

@@ -13,12 +13,17 @@ from __future__ import annotations
 import asyncio
 
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from reactq.shared.keys import Keys
 from reactq.shared.protocol.transport import TRANSPORT
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import instrument_publishing
 from reactq.shared.webhooks import WEBHOOK_TASK, Delivery
+
+BROKER_ERRORS: tuple[type[Exception], ...] = (OperationalError, OSError)
+"""What sending a message raises when the broker cannot be reached (after kombu's
+own publish retries)."""
 
 DRAIN_TASK = "reactq.drain"
 """The Celery task a producer sends and a worker runs: ``reactq.drain(session_id)``."""

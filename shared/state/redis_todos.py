@@ -11,18 +11,11 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from reactq.shared.redis_client import lua_source
 from reactq.shared.state.base import stale
 from reactq.shared.state.todos import TodoItem, dump_todos, load_todos
 
-# KEYS: the session's state hash, its todos key. ARGV: the fence ('' unfenced), the
-# list's JSON ('' to remove it). Returns the stored token when it refuses, else nil.
-_SET = """
-local stored = tonumber(redis.call('HGET', KEYS[1], 'fence') or '')
-local fence = tonumber(ARGV[1])
-if fence and stored and stored > fence then return tostring(stored) end
-if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
-return nil
-"""
+_SET = lua_source(__name__, "state_todos_set")
 
 
 class RedisTodos:
