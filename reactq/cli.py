@@ -44,7 +44,7 @@ from reactq.shared.errors import ConfigError, ReactqError, ServiceUnavailableErr
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.logs import configure_logging
 from reactq.shared.protocol.outcomes import CancelOutcome
-from reactq.shared.services import Service, service_error, unavailable
+from reactq.shared.services import Service, probe_broker, service_error, unavailable
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import configure_tracing
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
@@ -124,6 +124,12 @@ async def _send(args: argparse.Namespace) -> int:
     if args.gateway:
         return await _through_gateway(args, _send_via_gateway)
 
+    # A submit with the broker down succeeds (the turn waits in Redis until a reaper
+    # dispatches it), which from a shell looks like a hang: say so first, submit nothing.
+    # A broker that is Redis itself is checked by the submit's first call.
+    settings = Settings.from_env()
+    if settings.effective_broker_url != settings.redis_url:
+        await asyncio.to_thread(probe_broker, settings)
     async with Producer.from_env() as producer:
         handle = await producer.submit(
             args.session, _message(args), agent=args.agent, strategy=args.strategy
