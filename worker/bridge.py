@@ -291,9 +291,16 @@ class Bridge:
             self._thread.join(10)
 
     async def _close(self) -> None:
-        for duty in self._duties:
-            duty.cancel()
-        await asyncio.gather(*self._duties, return_exceptions=True)
+        # Cancelled again until they end: on Python 3.11 a cancel that lands as redis-py
+        # sends a command is swallowed (asyncio.wait_for), and a duty's loop went on, so
+        # the close waited out its whole timeout.
+        pending = set(self._duties)
+        for _ in range(100):
+            if not pending:
+                break
+            for duty in pending:
+                duty.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.1)
         if self.registry is not None:
             await self.registry.forget_worker(self.worker_name)
         for llm in self.llms:
