@@ -276,14 +276,14 @@ async def burst_redis_reader(
 
 async def publish_burst(redis: Redis, keys: Keys, session: str, count: int) -> None:
     """``count`` events with the bus's own script, in one pipeline (one round trip)."""
-    script = redis.register_script(lua_source("reactq.shared.bus", "bus_publish"))
+    script = redis.register_script(lua_source("reactq.shared.bus", "bus_append", "bus_publish"))
     pipe = redis.pipeline(transaction=False)
     events = [e for n in range(count // 7 + 1) for e in turn_events(session, n)][:count]
     for event in events:
         payload = event.model_dump_json(exclude={"id"})
         await script(
             keys=[keys.events(session), keys.channel(session)],
-            args=[max(10_000, count), payload, 600],
+            args=[max(10_000, count), 600, payload],
             client=pipe,
         )
     await pipe.execute()

@@ -611,7 +611,7 @@ def main() -> None:
         "--loglevel",
         default="INFO",
         help="of the reactq workers and of the bare Celery worker beside them (INFO: a "
-        "reactq worker logs 2 lines a turn, Celery 2 a task)",
+        "reactq worker logs 1 line a turn, Celery 2 a task)",
     )
     parser.add_argument(
         "--redis-url", default=os.environ.get("REACTQ_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -98,6 +98,13 @@ class Counter:
 
 COUNT = Counter()
 READ_END = "ROLLBACK (a read's end)"
+ALONE = "(statements run alone: no BEGIN/COMMIT)"
+
+
+def _autocommit(conn: Any) -> bool:
+    """Whether the connection runs each statement as its own transaction (no BEGIN,
+    COMMIT or ROLLBACK reaches the server; SQLAlchemy's events fire all the same)."""
+    return conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
 
 def patch() -> None:
@@ -116,11 +123,12 @@ def patch() -> None:
 
     @event.listens_for(Engine, "commit")
     def commit(conn: Any) -> None:
-        COUNT.sql_event("COMMIT")
+        if not _autocommit(conn):
+            COUNT.sql_event("COMMIT")
 
     @event.listens_for(Engine, "rollback")
     def rollback(conn: Any) -> None:
-        COUNT.sql_event(READ_END)
+        COUNT.sql_event(ALONE if _autocommit(conn) else READ_END)
 
 
 def measure(backend: str, turns: int) -> None:
@@ -206,7 +214,8 @@ def store_threads_cpu() -> dict[int, float]:
 
 def report(backend: str, turns: int) -> None:
     redis_total = sum(COUNT.redis.values()) / turns
-    statements = sum(v for k, v in COUNT.sql.items() if not k.startswith(("COMMIT", "ROLLBACK")))
+    ends = ("COMMIT", "ROLLBACK", ALONE)
+    statements = sum(v for k, v in COUNT.sql.items() if not k.startswith(ends))
     commits = COUNT.sql["COMMIT"]
     print(f"{backend}: one turn (2 model calls + 1 tool call, a new session), worker kernel")
     print(f"  loop thread CPU    {COUNT.loop_cpu * 1000:5.1f} ms (one turn at a time)")
@@ -214,8 +223,10 @@ def report(backend: str, turns: int) -> None:
         print(f"  SQL store threads  {COUNT.store_cpu * 1000:5.1f} ms (SQLite's transactions)")
     print(f"  Redis round trips  {redis_total:5.1f}")
     reads = COUNT.sql[READ_END] / turns
+    alone = COUNT.sql[ALONE] / turns
     print(f"  SQL statements     {statements / turns:5.1f}   write transactions "
-          f"{commits / turns:4.1f}   reads {reads:4.1f}")  # fmt: skip
+          f"{commits / turns:4.1f}   reads {reads:4.1f}   runs without a "
+          f"transaction {alone:4.1f}")  # fmt: skip
     if ARGS.detail:
         for name, n in COUNT.redis.most_common():
             print(f"    redis {n / turns:5.1f}  {name}")

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -28,11 +28,19 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from reactq.shared.errors import InvalidStreamIdError, LeaseLostError, SchemaVersionError
+from reactq.shared.errors import (
+    InvalidStreamIdError,
+    LeaseLostError,
+    SchemaVersionError,
+    StaleLeaseError,
+)
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS, Keys
-from reactq.shared.redis_client import connect, lua_source
+from reactq.shared.redis_client import connect, lua_join, lua_source
 from reactq.shared.redis_urls import is_cluster_url
+
+if TYPE_CHECKING:
+    from reactq.shared.state.base import StepStore, TurnCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +86,45 @@ class PublishGuard:
     status_ttl: int
 
 
+@dataclass(frozen=True)
+class CheckpointGuard:
+    """A turn's step checkpoint stored in the same call as events
+    (``RedisEventBus.publish_many``; ``TurnSteps.guard`` makes one): stored only while
+    the session's lease holds ``token`` (None: unfenced), and the events published only
+    if it was, so a holder that lost the lease stores and publishes nothing."""
+
+    token: int | None
+    turn_id: str
+    checkpoint: str
+    """The ``TurnCheckpoint`` as JSON."""
+    ttl: int
+    """Seconds the session's steps are kept (``TurnSteps.ttl_seconds``)."""
+
+
+class ScriptGuard:
+    """A status guard (``record``) whose own script publishes the events, doing more
+    in the same call: ``RedisEventBus.publish_many`` hands ``publish`` the keys and
+    arguments it would give bus_publish_many.lua under ``record``, and the events'
+    payloads (``SessionQueue.advance`` makes one: a turn's final with the drain's
+    next step)."""
+
+    record: PublishGuard
+
+    async def publish(
+        self, keys: list[str], args: list[Any], payloads: list[str]
+    ) -> list[Any] | None:
+        """Run the script: the events' stream ids, in order, or None when the guard
+        failed (nothing published)."""
+        raise NotImplementedError
+
+
+Guard = PublishGuard | CheckpointGuard | ScriptGuard
+"""What ``publish_many`` can publish under: a final's (alone, or with more done in
+the same call) or a step checkpoint's guard."""
+
+
 async def publish_all(
-    bus: EventBus, events: Sequence[E], guard: PublishGuard | None = None
+    bus: EventBus, events: Sequence[E], guard: Guard | None = None
 ) -> list[E] | None:
     """Publish ``events`` in order: in one call when the bus has ``publish_many`` (a
     ``guard`` needs it; None when the guard failed and nothing was published), one
@@ -128,7 +173,7 @@ class TurnEmitter:
         can publish several at once)."""
         return await self._send(self._build(event_cls, fields))
 
-    async def _send(self, event: E, guard: PublishGuard | None = None) -> E:
+    async def _send(self, event: E, guard: Guard | None = None) -> E:
         """Publish the queued events and ``event``; under ``guard`` (the bus must have
         ``publish_many``), or raise LeaseLostError with nothing published."""
         if guard is None and not self._later:
@@ -148,6 +193,31 @@ class TurnEmitter:
     async def flush(self) -> None:
         """Publish the events ``emit_later`` queued, now."""
         events, self._later = self._later, []
+        if events:
+            await publish_all(self.bus, events)
+
+    async def checkpoint(
+        self, steps: StepStore, checkpoint: TurnCheckpoint, fence: int | None = None
+    ) -> None:
+        """Store the turn's step checkpoint (``steps.checkpoint_step``) and publish the
+        events ``emit_later`` queued for it (the step's actions, or its results): in
+        one call when ``steps`` makes its write a guard of the bus's ``publish_many``
+        (``TurnSteps.guard``, on a RedisEventBus), else the checkpoint, then the events.
+        Either way the events go out only once the checkpoint is stored: StaleLeaseError
+        when ``fence`` no longer holds the session's lease (nothing stored or published).
+        """
+        events, self._later = self._later, []
+        guard = getattr(steps, "guard", None)
+        if events and guard is not None and hasattr(self.bus, "publish_many"):
+            if await publish_all(self.bus, events, guard(checkpoint, fence)) is None:
+                raise StaleLeaseError(
+                    f"not checkpointing turn {self.turn_id}: the lease of "
+                    f"{self.session_id} moved on",
+                    session_id=self.session_id,
+                    turn_id=self.turn_id,
+                )
+            return
+        await steps.checkpoint_step(checkpoint, fence=fence)
         if events:
             await publish_all(self.bus, events)
 
@@ -236,16 +306,14 @@ class Subscription(AsyncIterator[Event]):
 
 # --- Redis --------------------------------------------------------------------
 
-# One round trip: append (capped), refresh the TTL, and publish the same payload
-# with its id spliced in (ARGV[2] is a JSON object without "id", so it starts
-# with "{" and has at least one field).
-_PUBLISH_LUA = lua_source(__name__, "bus_publish")
-# The guard reads the lease as the session protocol's scripts do (one prelude).
-_PUBLISH_MANY_LUA = "\n".join(
-    (
-        lua_source("reactq.shared.protocol.lease", "lease_token"),
-        lua_source(__name__, "bus_publish_many"),
-    )
+# One round trip: append (capped), publish the same payload with its id spliced
+# in, refresh the TTL; every publishing script shares bus_append.lua's function.
+_PUBLISH_LUA = lua_source(__name__, "bus_append", "bus_publish")
+# The guard reads the lease and writes its record as the session protocol's scripts
+# do (their preludes).
+_PUBLISH_MANY_LUA = lua_join(
+    lua_source("reactq.shared.protocol.lease", "lease_token", "fenced_hset"),
+    lua_source(__name__, "bus_append", "bus_publish_many"),
 )
 
 
@@ -364,25 +432,34 @@ class RedisEventBus:
         payload = _payload(event)
         raw_id = await self._publish(
             keys=[self.keys.events(event.session_id), self.keys.channel(event.session_id)],
-            args=[self.maxlen, payload, self.ttl_seconds],
+            args=[self.maxlen, self.ttl_seconds, payload],
         )
         return event.model_copy(update={"id": _text(raw_id)})
 
-    async def publish_many(
-        self, events: Sequence[E], guard: PublishGuard | None = None
-    ) -> list[E] | None:
+    async def publish_many(self, events: Sequence[E], guard: Guard | None = None) -> list[E] | None:
         """``publish`` several events of one session, in order, in one call. With a
         ``guard``, only while its lease holds its token (None, nothing published,
-        otherwise), recording the turn's status first."""
+        otherwise), writing its record first: the turn's status (``PublishGuard``;
+        a ``ScriptGuard``'s script does more in the same call) or its step
+        checkpoint (``CheckpointGuard``)."""
         session_id = events[0].session_id
         if any(e.session_id != session_id for e in events):
             raise ValueError("publish_many takes the events of one session")
         keys = [self.keys.events(session_id), self.keys.channel(session_id)]
         args: list[Any] = [self.maxlen, self.ttl_seconds, "", "", "", 0]
-        if guard is not None:
+        record = guard.record if isinstance(guard, ScriptGuard) else guard
+        if isinstance(record, PublishGuard):
             keys += [self.keys.lease(session_id), self.keys.turns(session_id)]
-            args[2:] = [str(guard.token), guard.turn_id, guard.status, guard.status_ttl]
-        ids = await self._publish_many(keys=keys, args=[*args, *(_payload(e) for e in events)])
+            args[2:] = [str(record.token), record.turn_id, record.status, record.status_ttl]
+        elif record is not None:
+            token = "" if record.token is None else str(record.token)
+            keys += [self.keys.lease(session_id), self.keys.steps(session_id)]
+            args[2:] = [token, record.turn_id, record.checkpoint, record.ttl]
+        payloads = [_payload(e) for e in events]
+        if isinstance(guard, ScriptGuard):
+            ids = await guard.publish(keys, args, payloads)
+        else:
+            ids = await self._publish_many(keys=keys, args=[*args, *payloads])
         if ids is None:
             return None
         return [e.model_copy(update={"id": _text(i)}) for e, i in zip(events, ids, strict=True)]

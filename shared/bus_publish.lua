@@ -1,8 +1,6 @@
--- Publish an event: append it to the session's capped stream, refresh the stream's
--- TTL, and mirror it, with the id the stream gave it, on the session's channel.
--- KEYS: events, channel; ARGV: maxlen, event JSON (without its id), ttl_s
+-- Publish an event: append it to the session's capped stream, mirror it, with the
+-- id the stream gave it, on the session's channel, and refresh the stream's TTL.
+-- Preludes: bus_append.
+-- KEYS: events, channel; ARGV: maxlen, ttl_s, event JSON (without its id)
 -- Returns the stream id.
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', KEYS[2], '{"id":"' .. id .. '",' .. string.sub(ARGV[2], 2))
-return id
+return publish_events(KEYS[1], KEYS[2], ARGV[1], ARGV[2], 3)[1]

@@ -45,6 +45,14 @@ def lua_source(module: str, *names: str) -> str:
     return source
 
 
+def lua_join(*sources: str) -> str:
+    """``lua_source``'s of several modules' files as one chunk (a script whose
+    preludes live beside other modules), preloaded like them."""
+    source = "\n".join(sources)
+    _SOURCES.add(source)
+    return source
+
+
 _SOURCES: set[str] = set()
 
 

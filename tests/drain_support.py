@@ -132,15 +132,29 @@ async def drain_rig(
     real_advance = queue.advance
 
     async def counted_advance(
-        session_id: str, token: int, finished: tuple[str, TurnStatus] | None = None
+        session_id: str,
+        token: int,
+        finished: tuple[str, TurnStatus] | None = None,
+        **kwargs: Any,
     ) -> ClaimedTurn | LeaseEnd:
-        step = await real_advance(session_id, token, finished)
+        step = await real_advance(session_id, token, finished, **kwargs)
         if isinstance(step, ClaimedTurn):
             rig.claims.append(step)
         return step
 
+    real_take = queue.take
+
+    async def counted_take(
+        session_id: str, lease: SessionLease
+    ) -> tuple[int, ClaimedTurn | LeaseEnd] | None:
+        taken = await real_take(session_id, lease)
+        if taken is not None and isinstance(taken[1], ClaimedTurn):
+            rig.claims.append(taken[1])
+        return taken
+
     queue.claim_next = counted_claim  # type: ignore[method-assign]
     queue.advance = counted_advance  # type: ignore[method-assign]
+    queue.take = counted_take  # type: ignore[method-assign]
     try:
         yield rig
     finally:

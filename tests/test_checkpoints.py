@@ -79,6 +79,26 @@ async def test_commit_drops_the_checkpoint_and_refuses_later_ones(store: StateSt
     assert await store.get_checkpoint(s, t) is None
 
 
+async def test_a_commit_told_the_steps_are_elsewhere_leaves_the_checkpoints(
+    store: StateStore,
+) -> None:
+    """``drop_checkpoint=False`` (the worker pool keeps steps in Redis): the commit
+    lands, fenced and once, and the store's checkpoints stay as they were."""
+    s, t = sid(), "t-ck-keep"
+    await store.begin_turn(s, "a", fence=2)
+    await store.checkpoint_step(checkpoint(s, t, 1), fence=2)
+    with pytest.raises(StaleLeaseError):
+        await store.commit_turn(s, [user("q")], record(s, t), fence=1, drop_checkpoint=False)
+    await store.commit_turn(s, [user("q")], record(s, t), fence=2, drop_checkpoint=False)
+    with pytest.raises(TurnCommittedError):
+        await store.commit_turn(s, [user("r")], record(s, t), fence=2, drop_checkpoint=False)
+    assert await contents(store, s) == [(1, "q")]
+    kept = await store.get_checkpoint(s, t)
+    assert kept is not None and kept.step == 1
+    await store.discard_checkpoint(s, t)
+    assert await store.get_checkpoint(s, t) is None
+
+
 async def test_checkpoints_are_fenced(store: StateStore) -> None:
     s, t = sid(), "t-ck-3"
     await store.ensure_session(s, "a")

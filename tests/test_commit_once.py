@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.util import await_only
 
 from reactq.shared.errors import TurnCommittedError
@@ -40,6 +41,7 @@ class Gate:
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
         self.used = False
+        self.holder: asyncio.Future[None] | None = None  # PostgreSQL's gate
 
     async def pause(self) -> None:
         if self.used:
@@ -49,28 +51,39 @@ class Gate:
         await self.release.wait()
 
 
-def hold_commits(store: StateStore, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
+async def hold_commits(store: StateStore, gate: Gate, monkeypatch: pytest.MonkeyPatch) -> None:
     """Put ``gate`` at the critical point of ``store``'s commit.
 
     SQL: inside the commit's transaction, after the session row is locked and the
-    fence checked, before the messages are written. Redis: before the script that
-    checks the fence and writes (one atomic step: nothing can come between them).
+    fence checked, before anything is written (on SQLite before the messages'
+    insert; on PostgreSQL, whose commit is one call of ``reactq_commit_turn``, as
+    the call inserts the record: ``hold_postgres_commits``). Redis: before the
+    script that checks the fence and writes (one atomic step: nothing can come
+    between them).
     """
+    if isinstance(store, SqlStateStore) and store.dialect == "postgresql":
+        await hold_postgres_commits(store, gate)
+        return
     if isinstance(store, SqlStateStore):
-        real_append = sql_ops.append_rows
         loop = asyncio.get_running_loop()
         loop_thread = threading.get_ident()
 
-        def gated_append(*args: Any) -> None:
+        def pause() -> None:
             # The transaction is synchronous: on SQLite it runs in the store's thread,
             # on PostgreSQL in run_sync's greenlet on the loop.
             if threading.get_ident() == loop_thread:
                 await_only(gate.pause())
             else:
                 asyncio.run_coroutine_threadsafe(gate.pause(), loop).result()
-            real_append(*args)
 
-        monkeypatch.setattr(sql_ops, "append_rows", gated_append)
+        def gated(real: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any) -> Any:
+                pause()
+                return real(*args)
+
+            return call
+
+        monkeypatch.setattr(sql_ops, "append_rows", gated(sql_ops.append_rows))
     else:
         assert isinstance(store, RedisStateStore)
         real_script = store._write_script
@@ -80,6 +93,51 @@ def hold_commits(store: StateStore, gate: Gate, monkeypatch: pytest.MonkeyPatch)
             return await real_script(*args, **kwargs)
 
         monkeypatch.setattr(store, "_write_script", gated_script)
+
+
+_WAITING_AT_THE_GATE = text(
+    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    " AND wait_event = 'relation' AND query LIKE '%reactq_commit_turn%'"
+)
+
+
+async def hold_postgres_commits(store: SqlStateStore, gate: Gate) -> None:
+    """The gate on PostgreSQL: a lock on the ``turns`` table, held by a connection of
+    its own (reads still pass). The commit's call waits for it as it inserts the
+    turn's record, the session row locked and the fence checked; the gate is reached
+    once a call waits on the table (another commit waits on the row instead)."""
+    holder = await store.engine.connect()
+    await holder.execute(text("LOCK TABLE turns IN EXCLUSIVE MODE"))
+    watcher = await store.engine.execution_options(isolation_level="AUTOCOMMIT").connect()
+
+    async def hold() -> None:
+        try:
+            # Autocommit: pg_stat_activity is read afresh in each transaction only.
+            for _ in range(1000):  # 10 s at most: the test then finds the gate unreached
+                if await watcher.scalar(_WAITING_AT_THE_GATE):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                return
+            gate.used = True
+            gate.reached.set()
+            await gate.release.wait()
+        finally:
+            await holder.rollback()
+            await holder.close()
+            await watcher.close()
+
+    gate.holder = asyncio.ensure_future(hold())
+
+
+@pytest.fixture(name="gate")
+async def gate_fixture() -> AsyncIterator[Gate]:
+    """A Gate, opened at the end whatever happened (PostgreSQL's holds a table lock)."""
+    gate = Gate()
+    yield gate
+    gate.release.set()
+    if gate.holder is not None:
+        await asyncio.wait_for(gate.holder, 10)
 
 
 @pytest.fixture
@@ -98,15 +156,14 @@ def completed(session_id: str, turn_id: str, attempt: int, text: str) -> TurnRec
 
 
 async def test_a_commit_of_a_turn_racing_a_paused_one_is_refused(
-    stores: tuple[StateStore, StateStore], monkeypatch: pytest.MonkeyPatch
+    stores: tuple[StateStore, StateStore], gate: Gate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two commits of one turn (the old holder's, paused, and the new holder's): one lands."""
     old, new = stores
     s, t = sid(), new_turn_id()
     await old.ensure_session(s, AGENT)
     await old.claim(s, 1)
-    gate = Gate()
-    hold_commits(old, gate, monkeypatch)
+    await hold_commits(old, gate, monkeypatch)
     paused = asyncio.ensure_future(
         old.commit_turn(s, turn_messages(t, "q"), completed(s, t, 1, "first"), fence=1)
     )
@@ -131,6 +188,7 @@ async def test_a_paused_commit_landing_before_the_new_holders_fence_is_not_run_a
     redis_url: str,
     namespace: str,
     stores: tuple[StateStore, StateStore],
+    gate: Gate,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The drain's retry path against a stale commit held past its fence check.
@@ -156,8 +214,7 @@ async def test_a_paused_commit_landing_before_the_new_holders_fence_is_not_run_a
         rig.claims.clear()
         await old_store.ensure_session(s, AGENT)
         await old_store.claim(s, token1)
-        gate = Gate()
-        hold_commits(old_store, gate, monkeypatch)
+        await hold_commits(old_store, gate, monkeypatch)
         stale = asyncio.ensure_future(
             old_store.commit_turn(
                 s, turn_messages(t, turn.message), completed(s, t, 1, "by worker 1"), token1
@@ -253,3 +310,45 @@ def _final(session_id: str, turn_id: str, text: str) -> FinalEvent:
     return FinalEvent(
         session_id=session_id, turn_id=turn_id, seq=9, text=text, status=TurnStatus.COMPLETED
     )
+
+
+async def test_a_worker_lost_between_its_commit_and_its_final_ends_the_turn_once(
+    redis_url: str, namespace: str, shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain publishes a turn's final in the call that finishes it (after the
+    commit): a worker lost before that call published nothing, and the turn is still
+    in its slot. The next attempt finds it committed and publishes its one final."""
+    store = await open_store(shared_url)
+    try:
+        async with drain_rig(redis_url, namespace, store) as rig:
+            s = sid()
+            turn = rig.turn(s, "lost before its final")
+            t = turn.turn_id
+            await rig.queue.submit(turn)
+
+            async def lost(*args: Any, **kwargs: Any) -> Any:
+                raise ConnectionError("the worker is gone")
+
+            monkeypatch.setattr(rig.queue, "_next_final", lost)
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(rig.drainer.drain(s), 30)
+            stored = await store.get_turn(t)
+            assert stored is not None and stored.attempt == 1  # committed ...
+            assert await rig.finals(s, t) == []  # ... and nothing published
+            assert await rig.queue.turn_status(t) == (s, TurnStatus.RUNNING)
+            monkeypatch.undo()
+            rig.claims.clear()
+            calls = len(rig.llm.calls)
+
+            assert await asyncio.wait_for(rig.drainer.drain(s), 30) == 1
+            assert [c.attempt for c in rig.claims] == [2]
+            assert len(rig.llm.calls) == calls  # not run again
+            finals = await rig.finals(s, t)
+            assert [(f.status, f.text, f.attempt) for f in finals] == [
+                (TurnStatus.COMPLETED, stored.final_text, 2)
+            ]
+            assert len(await store.get_messages(s)) == 4
+            assert await rig.slot_and_lease(s) == (None, None)
+            assert await rig.queue.turn_status(t) == (s, TurnStatus.COMPLETED)
+    finally:
+        await store.close()

@@ -111,12 +111,12 @@ async def test_a_slow_client_is_cut_off_not_buffered_forever(
 async def _publish_burst(redis: Redis, keys: Keys, events: list[ThoughtEvent]) -> None:
     """Publish with the bus's own script, all in one round trip: the fan-out's socket
     gets them back to back."""
-    script = redis.register_script(lua_source("reactq.shared.bus", "bus_publish"))
+    script = redis.register_script(lua_source("reactq.shared.bus", "bus_append", "bus_publish"))
     pipe = redis.pipeline(transaction=False)
     for event in events:
         keys_ = [keys.events(event.session_id), keys.channel(event.session_id)]
         payload = event.model_dump_json(exclude={"id"})
-        await script(keys=keys_, args=[10_000, payload, 60], client=pipe)
+        await script(keys=keys_, args=[10_000, 60, payload], client=pipe)
     await pipe.execute()
 
 

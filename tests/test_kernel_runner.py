@@ -71,9 +71,10 @@ class CommitObserver(MemoryStateStore):
         record: TurnRecord,
         fence: int | None = None,
         branch_id: str | None = None,
+        **options: Any,
     ) -> None:
         self.events_at_commit = self.bus.types()
-        await super().commit_turn(session_id, messages, record, fence, branch_id)
+        await super().commit_turn(session_id, messages, record, fence, branch_id, **options)
 
 
 @tool

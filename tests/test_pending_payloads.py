@@ -197,7 +197,7 @@ async def test_a_drain_that_fails_leaves_its_session_to_the_reaper(rig: Rig) -> 
     await rig.queue.submit(later)
     working = rig.queue.advance
 
-    async def broken(*args: object) -> None:
+    async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the claim broke")
 
     rig.queue.advance = broken  # type: ignore[method-assign,assignment]

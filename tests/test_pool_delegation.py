@@ -180,12 +180,16 @@ async def test_delegate_and_delegate_parallel_run_child_turns_on_the_pool(
         {"agent": "coder", "status": "completed", "result": "coder did: the moon (coder)"},
     ]
     assert [e["agent"] for e in final.subagents or []] == ["researcher", "coder"]
+    # The final's usage: its children's, and its own attempt's model calls (the
+    # attempt that parked published the usage of its call too, with its reply).
     assert final.usage["total_tokens"] == (
         sum(e["usage"]["total_tokens"] for e in final.subagents or [])
         + sum(
             e.total_tokens
             for e in await events_of(p, s2, both.turn_id)
-            if e.type == "usage" and not (e.model or "").startswith("subagent:")
+            if e.type == "usage"
+            and e.attempt == final.attempt
+            and not (e.model or "").startswith("subagent:")
         )
     )
 

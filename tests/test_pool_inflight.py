@@ -1,5 +1,6 @@
 """Turns in flight in one real `reactq worker` process: bounded by its concurrency,
-not by Celery's threads (a drain is handed to the worker's loop, which holds it)."""
+not by Celery's pool (a drain is handed to the worker's loop, which holds it); a full
+worker keeps one message waiting and its consumer goes on (worker/handoff.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 
 from reactq.producer import Producer
 from reactq.shared.events import FinalEvent, StartedEvent
+from reactq.shared.keys import Keys
+from reactq.shared.protocol.dispatch import celery_app
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
-from reactq.worker.tasks import HANDOFF_THREADS
-from tests.helpers import WorkerPool, lookup_then_answer
+from tests.helpers import WorkerPool, lookup_then_answer, sleepy_lookup, sync_client
 
 pytestmark = pytest.mark.e2e
 
@@ -60,11 +62,59 @@ async def test_a_worker_holds_its_concurrency_in_flight_and_no_more(
         pool.stop()
         model.stop()
     # The most turns that ran at the same moment (by the worker's own timestamps): all
-    # of its concurrency, far more than Celery's threads, and never more.
+    # of its concurrency, and never more.
     edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
     level = peak = 0
     for _, step in edges:
         level += step
         peak = max(peak, level)
-    assert HANDOFF_THREADS < CONCURRENCY
     assert peak == CONCURRENCY, spans
+
+
+async def test_a_full_worker_keeps_one_message_and_answers_its_monitor(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    # Each turn's model calls take 2 s: two turns fill the worker for 4 s.
+    model = ScriptedServer(sleepy_lookup).start_in_thread()
+    env = {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": f"{namespace}-full",
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    settings = Settings.from_env(env)
+    keys = Keys.for_settings(settings)
+    redis = sync_client(redis_url)
+    try:
+        with WorkerPool(env, tmp_path, concurrency=2).running(1) as pool:
+            async with Producer(settings) as producer:
+                run = uuid.uuid4().hex[:6]
+                handles = [
+                    await producer.submit(f"full-{run}-{i}", f"sleep=2 turn {i}", agent="e2e")
+                    for i in range(5)
+                ]
+
+                async def started(i: int) -> None:
+                    async for event in handles[i].events():
+                        if isinstance(event, StartedEvent):
+                            return
+
+                await asyncio.wait_for(asyncio.gather(started(0), started(1)), 20)
+                await asyncio.sleep(0.5)
+                # Full: the worker holds one more drain message, unacked, and leaves
+                # the other two in the broker for an idle worker.
+                assert redis.llen(keys.queue("e2e")) == 2, pool.logs()
+                # Its consumer is not blocked waiting for a slot: it answers a monitor.
+                (name,) = [n.decode() for n in redis.hkeys(f"{env['REACTQ_NAMESPACE']}:workers")]
+                app = celery_app(settings)
+                app.conf.update(keys.celery_isolation())
+                replies = await asyncio.to_thread(app.control.ping, destination=[name], timeout=3.0)
+                assert replies == [{name: {"ok": "pong"}}], pool.logs()
+                # A slot freed runs the kept drain, then the next from the broker.
+                for handle in handles:
+                    final = await asyncio.wait_for(handle.result(), 30)
+                    assert final.status == "completed", final
+    finally:
+        redis.close()
+        model.stop()

@@ -8,16 +8,17 @@ import ast
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 import reactq
-from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.audit import AuditedBus, MemoryAuditSink
+from reactq.shared.bus import MemoryEventBus, RedisEventBus, ScriptGuard, TurnEmitter, publish_all
 from reactq.shared.errors import InvalidTurnError, StaleLeaseError
-from reactq.shared.events import FinalEvent
+from reactq.shared.events import ActionEvent, FinalEvent, ObservationEvent, UsageEvent
 from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol import endings
@@ -370,3 +371,147 @@ async def test_advance_finishes_claims_or_releases_in_one_step(
     assert await lease.holder(s) is None
     assert await redis.zscore(keys.lease_deadlines(s), s) is None
     assert not await queue.has_work(s)
+
+
+async def test_a_final_goes_out_in_the_drains_next_step_under_the_lease(
+    queue: SessionQueue, redis: Redis, keys: Keys
+) -> None:
+    """``advance`` with ``publish``: the final (after its queued events) is published,
+    its status recorded, the turn finished and the next claimed (or the lease given
+    up) in one call; a token that lost the lease does none of it."""
+    s = sid()
+    first, second = turn(s), turn(s)
+    await queue.submit(first)
+    await queue.submit(second)
+    lease = SessionLease(redis, keys, ttl_seconds=30, owner="w1")
+    taken = await queue.take(s, lease)
+    assert taken is not None
+    token = taken[0]
+    sink = MemoryAuditSink()
+    bus = AuditedBus(RedisEventBus(redis, keys), sink)
+
+    def final_of(turn_id: str) -> list[FinalEvent | UsageEvent]:
+        emitter = TurnEmitter(bus, s, turn_id)
+        usage = emitter._build(UsageEvent, {"prompt_tokens": 1, "total_tokens": 1})
+        final = emitter._build(FinalEvent, {"text": "done", "status": TurnStatus.COMPLETED})
+        return [usage, final]
+
+    def publisher(
+        events: list[FinalEvent | UsageEvent], out: list[str]
+    ) -> Callable[[ScriptGuard], Awaitable[bool]]:
+        async def publish(guard: ScriptGuard) -> bool:
+            published = await publish_all(bus, events, guard)
+            out.extend(e.id or "" for e in published or ())
+            return published is not None
+
+        return publish
+
+    done = (first.turn_id, TurnStatus.COMPLETED)
+    # A holder that lost the lease: no final, no status, no finish, no claim.
+    ids: list[str] = []
+    lost = await queue.advance(s, token + 1, done, publish=publisher(final_of(first.turn_id), ids))
+    assert lost is LeaseEnd.LOST and ids == []
+    assert await bus.read(s) == [] and sink.events == []
+    assert await redis.hget(keys.turns(s), first.turn_id) == b"running"
+    assert await redis.llen(keys.pending(s)) == 1 and await lease.holds(s, token)
+    # The holder: the events out (in the audit log too), the turn finished, the next
+    # one claimed.
+    nxt = await queue.advance(s, token, done, publish=publisher(final_of(first.turn_id), ids))
+    assert isinstance(nxt, ClaimedTurn) and nxt.turn_id == second.turn_id
+    published = await bus.read(s)
+    assert [(e.type, e.seq) for e in published] == [("usage", 1), ("final", 2)]
+    assert ids == [e.id for e in published] == [e.id for e in sink.events]
+    assert await redis.hget(keys.turns(s), first.turn_id) == b"completed"
+    # With nothing left, the same call gives the lease up and drops the deadline.
+    end = await queue.advance(
+        s,
+        token,
+        (second.turn_id, TurnStatus.COMPLETED),
+        publish=publisher(final_of(second.turn_id), ids),
+    )
+    assert end is LeaseEnd.RELEASED and await lease.holder(s) is None
+    assert await redis.zscore(keys.lease_deadlines(s), s) is None
+    assert await redis.hget(keys.turns(s), second.turn_id) == b"completed"
+    assert [e.type for e in await bus.read(s)].count("final") == 2
+    assert not await queue.has_work(s)
+
+
+async def test_take_claims_the_first_turn_with_the_lease_or_gives_it_back(
+    queue: SessionQueue, redis: Redis, keys: Keys
+) -> None:
+    s = sid()
+    lease = SessionLease(redis, keys, ttl_seconds=30, owner="w1")
+    # Nothing to claim: the lease is given straight back, the deadline dropped.
+    empty = await queue.take(s, lease)
+    assert empty is not None and empty[1] is LeaseEnd.RELEASED
+    assert await lease.holder(s) is None
+    assert await redis.zscore(keys.lease_deadlines(s), s) is None
+    first = turn(s)
+    await queue.submit(first)
+    taken = await queue.take(s, lease)
+    assert taken is not None
+    token, claimed = taken
+    assert token > empty[0]  # a new fencing token for each grant
+    assert isinstance(claimed, ClaimedTurn) and (claimed.turn_id, claimed.attempt) == (
+        first.turn_id,
+        1,
+    )
+    assert await lease.holder(s) == (token, "w1")
+    assert await redis.zscore(keys.lease_deadlines(s), s) is not None
+    # Held: another worker's take does nothing.
+    other = SessionLease(redis, keys, ttl_seconds=30, owner="w2")
+    assert await queue.take(s, other) is None
+    assert await lease.holds(s, token)
+    end = await queue.advance(s, token, (first.turn_id, TurnStatus.COMPLETED))
+    assert end is LeaseEnd.RELEASED and await lease.holder(s) is None
+
+
+async def test_a_steps_events_go_out_with_its_checkpoint_under_the_lease(
+    queue: SessionQueue, redis: Redis, keys: Keys
+) -> None:
+    s = sid()
+    first = turn(s)
+    await queue.submit(first)
+    taken = await queue.take(s, SessionLease(redis, keys, ttl_seconds=30, owner="w1"))
+    assert taken is not None
+    token = taken[0]
+    sink = MemoryAuditSink()
+    bus = AuditedBus(RedisEventBus(redis, keys), sink)
+    emitter = TurnEmitter(bus, s, first.turn_id)
+    steps = TurnSteps(redis, keys, ttl_seconds=60)
+    step = TurnCheckpoint(
+        session_id=s,
+        turn_id=first.turn_id,
+        step=0,
+        messages=[ChatMessage(role="assistant", content="calling")],
+        branch_id="trunk",
+    )
+    emitter.emit_later(ActionEvent, tool="lookup", args={"key": "x"}, call_id="c1")
+    await emitter.checkpoint(steps, step, fence=token)
+    assert await steps.get_checkpoint(s, first.turn_id) == step
+    published = await bus.read(s)
+    assert [(e.type, e.seq) for e in published] == [("action", 1)]
+    assert [e.id for e in sink.events] == [published[0].id]  # the audit log has it
+    # A holder that lost the lease stores nothing and publishes nothing.
+    emitter.emit_later(ObservationEvent, tool="lookup", call_id="c1", output="x")
+    with pytest.raises(StaleLeaseError):
+        await emitter.checkpoint(steps, step.model_copy(update={"step": 1}), fence=token + 1)
+    assert (await steps.get_checkpoint(s, first.turn_id)) == step
+    assert len(await bus.read(s)) == 1 and len(sink.events) == 1
+    # Without events, the checkpoint alone (fenced the same way).
+    await emitter.checkpoint(steps, step.model_copy(update={"step": 1}), fence=token)
+    assert (await steps.get_checkpoint(s, first.turn_id)).step == 1  # type: ignore[union-attr]
+
+
+async def test_a_steps_events_follow_its_checkpoint_in_the_embedded_mode() -> None:
+    """A state store as the step store and the memory bus: two calls, in that order."""
+    store, bus = MemoryStateStore(), MemoryEventBus()
+    s, t = sid(), new_turn_id()
+    await store.ensure_session(s, "alpha")
+    emitter = TurnEmitter(bus, s, t)
+    step = TurnCheckpoint(session_id=s, turn_id=t, step=0, messages=[], branch_id="trunk")
+    emitter.emit_later(ActionEvent, tool="lookup", args={}, call_id="c1")
+    await emitter.checkpoint(store, step)
+    stored = await store.get_checkpoint(s, t)
+    assert stored is not None and (stored.turn_id, stored.step) == (t, 0)
+    assert [e.type for e in await bus.read(s)] == ["action"]

@@ -1,7 +1,8 @@
-"""One asyncio loop per worker process, shared by every task thread.
+"""One asyncio loop per worker process, shared by every task.
 
-Celery's thread pool is only a doorway: each drain task hands its coroutine to
-this loop and returns (``hand_off``); the loop bounds the turns in flight.
+Celery's pool is only a doorway: each drain task hands its coroutine to this
+loop and returns (``hand_off``); the loop bounds the turns in flight, and a task
+waits for a free slot in the pool (``worker/handoff.py``).
 Clients bound to a loop (the redis pool, the SQL engine, AsyncOpenAI) are
 created once, here.
 """
@@ -13,7 +14,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -75,6 +76,9 @@ class Bridge:
         self.metrics: WorkerMetrics | None = None
         # The turns in flight are bounded here, not by Celery's threads (hand_off).
         self._slots = threading.BoundedSemaphore(settings.concurrency)
+        self.on_slot_free: Callable[[], None] | None = None
+        """Called (on the loop's thread) when a drain ends or a shutdown begins: the
+        pool then runs the tasks it kept waiting for a slot (``HandOffPool``)."""
         self._drains: set[concurrent.futures.Future[Any]] = set()
         self._drains_lock = threading.Lock()
 
@@ -91,9 +95,23 @@ class Bridge:
         """Run a coroutine on the loop from any thread and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def can_start(self) -> bool:
+        """Whether a drain handed off now starts at once: fewer than ``concurrency``
+        run, or a shutdown began (a drain then hands its session over at once).
+
+        Asked by the pool on the consumer's thread, the only one that takes slots: a
+        yes holds until it hands a drain off."""
+        if self.drainer is None or self.drainer.stopping:
+            return True
+        if self._slots.acquire(blocking=False):
+            self._slots.release()
+            return True
+        return False
+
     def hand_off(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Start a drain on the loop and return (from a Celery thread): the thread does
-        not wait for the drain, it only waits while ``concurrency`` drains run.
+        """Start a drain on the loop and return: the caller does not wait for the
+        drain, only (when the pool did not ask ``can_start``) while ``concurrency``
+        drains run.
 
         The drain message is acked on return. That loses nothing if this process
         dies: the session's lease and deadline make another worker's reaper take
@@ -111,6 +129,8 @@ class Bridge:
         def done(f: concurrent.futures.Future[Any]) -> None:
             if slot:
                 self._slots.release()
+                if self.on_slot_free is not None:
+                    self.on_slot_free()
             with self._drains_lock:
                 self._drains.discard(f)
             if not f.cancelled() and f.exception() is not None:
@@ -265,6 +285,8 @@ class Bridge:
             if self.drainer is None or self.drainer.stopping:
                 return
             self.drainer.stopping = True
+            if self.on_slot_free is not None:
+                self.on_slot_free()  # the kept tasks hand their sessions over
             grace = self.settings.shutdown_grace_seconds
             log.info("warm shutdown: %d turns running, grace %.1fs", self.drainer.in_flight, grace)
             self.loop.call_later(grace, self._evict)

@@ -2,12 +2,13 @@
 
 The worker's side of docs/architecture.md, "Session protocol", steps 2-8, built
 on the operations of ``reactq.shared.protocol``. ``drain`` takes the session
-lease (or returns: the holder drains), moves turns one by one into the running
-slot, runs each while renewing the lease, commits it fenced by the lease's
-token, and finally releases the lease and looks at pending once more so that a
-turn pushed during release is never stranded. A turn found in the running slot
-was left by a dead holder and runs again as attempt n+1, until ``max_attempts``
-runs were lost. Every final the drain publishes goes through ``_FencedEmitter``.
+lease with its first turn in one call (or returns: the holder drains), moves the
+next turns one by one into the running slot, runs each while renewing the lease,
+commits it fenced by the lease's token, and finally releases the lease and looks at
+pending once more so that a turn pushed during release is never stranded. A turn
+found in the running slot was left by a dead holder and runs again as attempt n+1,
+until ``max_attempts`` runs were lost. Every final the drain publishes goes
+through ``_FencedEmitter``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from reactq.shared.audit import backfill
-from reactq.shared.bus import E, EventBus, PublishGuard, TurnEmitter
+from reactq.shared.bus import E, EventBus, PublishGuard, ScriptGuard, TurnEmitter, publish_all
 from reactq.shared.errors import (
     EvictedError,
     LeaseLostError,
@@ -35,6 +36,7 @@ from reactq.shared.errors import (
 from reactq.shared.events import (
     ApprovalDecidedEvent,
     ApprovalRequestedEvent,
+    BaseEvent,
     FinalEvent,
     StartedEvent,
 )
@@ -80,7 +82,12 @@ class _FencedEmitter(TurnEmitter):
     """Publishes a turn's final only while this worker still holds the session's
     lease (``token``), recording the turn's status in the same call, so a process
     that wakes up after a pause cannot end a turn that its new holder owns, and a
-    reader who saw the final never reads an older status."""
+    reader who saw the final never reads an older status.
+
+    With ``hold_final`` (set around the kernel's run) the final is kept, with the
+    events queued before it, instead (``held``): the drain publishes it in the call
+    that finishes the turn and takes its next step (``Drainer._advance``), the same
+    way fenced, and only then calls ``ended``."""
 
     token: int = 0
     status_ttl: int = 0
@@ -90,17 +97,50 @@ class _FencedEmitter(TurnEmitter):
     """Adds the turn's children's usage to its final (an agent with subagents)."""
     link: ChildLink | None = None
     """The turn's parent, when it is a child turn."""
+    hold_final: bool = False
+    """Keep the final (``held``) rather than publish it."""
+    held: list[BaseEvent] | None = None
+    """The kept final, last, after the events queued for it; it has no stream ``id``
+    until the drain publishes it (nothing reads it before)."""
 
     async def emit(self, event_cls: type[E], **fields: Any) -> E:
         if event_cls is not FinalEvent:
             return await super().emit(event_cls, **fields)
-        if self.fold is not None:
+        if self.fold is not None:  # before the final is built, held or not
             fields = await self.fold(fields)
+        event = self._build(event_cls, fields)
+        if self.hold_final:
+            self.held, self._later = [*self._later, event], []
+            return event
         guard = PublishGuard(self.token, self.turn_id, str(fields["status"]), self.status_ttl)
-        event = await self._send(self._build(event_cls, fields), guard)
+        return await self.published(await self._send(event, guard))
+
+    async def published(self, event: E) -> E:
+        """The final is out: call ``ended`` with it (its webhook, its delegations)."""
         if self.ended is not None and isinstance(event, FinalEvent):
             await self.ended(event)
         return event
+
+    async def publish_held(self) -> None:
+        """Publish the held final now, alone (a shutdown finishes the turn apart):
+        LeaseLostError, with nothing published, when the lease moved on."""
+        held, self.held, self.hold_final = self.held or [], None, False
+        if held:
+            final = held[-1]
+            self._later = [*held[:-1], *self._later]
+            status = str(getattr(final, "status", ""))
+            guard = PublishGuard(self.token, self.turn_id, status, self.status_ttl)
+            await self.published(await self._send(final, guard))
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """A turn that ran to its end: the status to finish it with, and the emitter
+    holding its final for the drain's next step (None: the final is out already)."""
+
+    turn_id: str
+    status: TurnStatus
+    emitter: _FencedEmitter | None = None
 
 
 class Drainer:
@@ -196,15 +236,22 @@ class Drainer:
             return 0
         ran = 0
         while not self.stopping:
-            token = await self.lease.acquire(sid)
-            if token is None:
+            # The lease and the first turn in one call (``take``); with nothing to
+            # claim, the lease was given straight back.
+            taken = await self.queue.take(sid, self.lease)
+            if taken is None:
+                return ran
+            token, first = taken
+            if not isinstance(first, ClaimedTurn):
                 return ran
             log.debug("session %s: lease taken (token %d)", sid, token)
             interrupted = False
             failure: Exception | None = None
             end: LeaseEnd | None = None
             try:
-                held, end = await self._holding_lease(sid, token, self._drain_held(sid, token))
+                held, end = await self._holding_lease(
+                    sid, token, self._drain_held(sid, token, first)
+                )
                 ran += held
             except (StaleLeaseError, LeaseLostError) as exc:
                 log.warning("session %s: lease lost (%s); leaving it to the new holder", sid, exc)
@@ -247,13 +294,15 @@ class Drainer:
             await self.dispatch(sid)  # shutting down: hand the session over
         return ran
 
-    async def _drain_held(self, sid: str, token: int) -> tuple[int, LeaseEnd | None]:
-        """Run the session's turns one by one; return how many ran, and how the hold
-        ended (None: stopped for a shutdown, the lease still held)."""
+    async def _drain_held(
+        self, sid: str, token: int, first: ClaimedTurn
+    ) -> tuple[int, LeaseEnd | None]:
+        """Run the session's turns one by one, from ``first`` (claimed with the lease:
+        it runs even if a shutdown began meanwhile, as if it had begun a moment
+        later); return how many ran, and how the hold ended (None: stopped for a
+        shutdown, the lease still held)."""
         ran = 0
-        if self.stopping:
-            return ran, None
-        step = await self.queue.advance(sid, token)
+        step: ClaimedTurn | LeaseEnd = first
         while isinstance(step, ClaimedTurn):
             claimed, finished = step, None
             if claimed.already_ran:
@@ -269,18 +318,47 @@ class Drainer:
             else:
                 finished = await self._run_claimed(sid, claimed, token)
                 ran += 1
-            done = (claimed.turn_id, finished) if finished is not None else None
             if self.stopping:
-                if done is not None:
-                    await self.queue.finish(sid, *done)
+                if finished is not None:
+                    if finished.emitter is not None:
+                        await finished.emitter.publish_held()
+                    await self.queue.finish(sid, finished.turn_id, finished.status)
                 return ran, None
-            # Finish this turn and claim the next, or give the lease up, in one call.
-            step = await self.queue.advance(sid, token, done)
+            # Publish its final, finish this turn and claim the next, or give the
+            # lease up, in one call.
+            step = await self._advance(sid, token, finished)
         return ran, step
 
-    async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> TurnStatus | None:
-        """Run a claimed turn; return the status to finish it with (the caller does, in
-        its next step), or None when it was finished here or waits for people."""
+    async def _advance(
+        self, sid: str, token: int, finished: _Finished | None
+    ) -> ClaimedTurn | LeaseEnd:
+        """The drain's step (``SessionQueue.advance``), with the final ``finished``
+        holds in the same call; ``ended`` is called once it is out. LOST when the
+        lease moved on (then the final is not out, as a fenced publish would not be)."""
+        if finished is None:
+            return await self.queue.advance(sid, token)
+        done = (finished.turn_id, finished.status)
+        emitter = finished.emitter
+        events = emitter.held if emitter is not None else None
+        if emitter is None or not events:
+            return await self.queue.advance(sid, token, done)
+        emitter.held = None
+        out: list[BaseEvent] = []
+
+        async def publish(guard: ScriptGuard) -> bool:
+            published = await publish_all(emitter.bus, events, guard)
+            out.extend(published or ())
+            return published is not None
+
+        step = await self.queue.advance(sid, token, done, publish=publish)
+        if out:
+            await emitter.published(out[-1])
+        return step
+
+    async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> _Finished | None:
+        """Run a claimed turn; return what the caller finishes it with (in its next
+        step, publishing its final if it is held), or None when it was finished here
+        or waits for people."""
         try:
             turn = claimed.parse()
         except Exception as exc:
@@ -296,10 +374,12 @@ class Drainer:
         emitter.ended = self._ended if delegates else functools.partial(self._ended, settle=False)
         emitter.link = link
         try:
-            return await self._run_turn(sid, claimed, turn, emitter, token)
+            status = await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):
             raise
         except Exception as exc:
+            # Any final from here on is published as it is emitted.
+            emitter.hold_final, emitter.held = False, None
             # Infrastructure failed around the kernel (the store, the bus). If the
             # lease is gone (a paused process waking up), the turn belongs to its
             # new holder and must get no second final from us.
@@ -318,6 +398,9 @@ class Drainer:
                 await self._fail(emitter, Failure.WORKER_ERROR, message)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return None
+        if status is None:
+            return None
+        return _Finished(turn.turn_id, status, emitter if emitter.held else None)
 
     async def _run_turn(
         self, sid: str, claimed: ClaimedTurn, turn: TurnRequest, emitter: TurnEmitter, token: int
@@ -381,7 +464,9 @@ class Drainer:
                         by=expired.by,
                     )
         fields = {"turn_id": turn.turn_id, "attempt": claimed.attempt, "agent": turn.agent}
-        log.info(
+        # One INFO line a turn, when it ends (its `started` event is in the stream and
+        # the audit log): a second line cost as much CPU as a Redis round trip.
+        log.debug(
             "turn %s started: session %s attempt %d",
             turn.turn_id,
             sid,
@@ -405,6 +490,9 @@ class Drainer:
             )
             delegating = CURRENT_DELEGATOR.set(delegator)
             emitter.fold = functools.partial(self._fold, sid, turn.turn_id)
+        if isinstance(emitter, _FencedEmitter):
+            # The kernel's final goes out with the drain's next step (one call).
+            emitter.hold_final = True
         try:
             work = runner.run_turn(
                 session_id=sid,

@@ -1,9 +1,10 @@
 """The ``reactq.drain`` Celery task and the worker process's lifecycle.
 
 The task body only hands the session to the process's asyncio loop
-(``bridge.py``) and returns: the loop bounds the turns in flight, and a drain
-message acked before its drain ends costs nothing if the worker dies, since the
-lease and the reaper recover the session (docs/architecture.md). The worker's
+(``bridge.py``) and returns, on the consumer's thread (``handoff.py``): the loop
+bounds the turns in flight, and a drain message acked before its drain ends costs
+nothing if the worker dies, since the lease and the reaper recover the session
+(docs/architecture.md). The worker's
 side of the protocol lives in ``drain.py``, the Celery app and the dispatch in
 ``reactq.shared.protocol.dispatch``.
 """
@@ -29,15 +30,12 @@ from reactq.shared.webhook_delivery import deliver
 from reactq.shared.webhooks import WEBHOOK_TASK, Delivery
 from reactq.worker.bridge import Bridge
 from reactq.worker.definitions import Agent
+from reactq.worker.handoff import HandOffPool
 
 log = logging.getLogger("reactq.worker")
 T = TypeVar("T")
 
 _bridge: Bridge | None = None
-
-HANDOFF_THREADS = 2
-"""Celery pool threads of a worker process: each takes a drain message and hands it
-to the process's loop, waiting only while ``concurrency`` turns are in flight."""
 
 
 def bind_tasks(app: Celery) -> None:
@@ -116,7 +114,7 @@ def run_worker(
     loglevel: str = "INFO",
     hostname: str | None = None,
 ) -> None:
-    """Start a Celery worker (thread pool) consuming the queues of ``agents``."""
+    """Start a Celery worker (``HandOffPool``) consuming the queues of ``agents``."""
     global _bridge
     concurrency = concurrency or settings.concurrency
     settings = settings.model_copy(update={"concurrency": concurrency})
@@ -125,8 +123,10 @@ def run_worker(
     app = celery_app(settings, consumer=True)
     # Remote control and events per namespace: `reactq flower` shows this pool alone.
     app.conf.update(keys.celery_isolation())
+    # Celery's --pool takes only its own names; a class goes through the config.
+    app.conf.worker_pool = HandOffPool
     bind_tasks(app)
-    _bridge = Bridge(settings, agents, name)
+    _bridge = HandOffPool.bridge = Bridge(settings, agents, name)
     _bridge.start()
     if _bridge.drainer is not None:
         # The reaper, a shutdown hand-over and webhooks send through the worker's own app.
@@ -147,11 +147,11 @@ def run_worker(
                 # ":**@" kombu puts in a URL that has no password).
                 "--quiet",
                 "worker",
-                "--pool=threads",
-                # The threads only hand drains to the loop (Bridge.hand_off), which
-                # bounds the turns in flight: a few threads do, one per turn would
-                # cost a thread and two wake-ups per turn.
-                f"--concurrency={min(concurrency, HANDOFF_THREADS)}",
+                # One task at a time, on the consumer's thread: a task only hands its
+                # drain to the loop (Bridge.hand_off), which bounds the turns in
+                # flight; a pool thread per task cost two wake-ups and the GIL's
+                # back and forth. One message prefetched.
+                "--concurrency=1",
                 f"--queues={queues}",
                 f"--hostname={name}",
                 f"--loglevel={loglevel}",
@@ -161,4 +161,4 @@ def run_worker(
         )
     finally:
         _bridge.stop()
-        _bridge = None
+        _bridge = HandOffPool.bridge = None

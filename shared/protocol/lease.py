@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_source, text
 
-_ACQUIRE = lua_source(__name__, "now_ms", "deadlines", "lease_acquire")
+_ACQUIRE = lua_source(__name__, "now_ms", "deadlines", "lease_take", "lease_acquire")
 _RENEW = lua_source(__name__, "now_ms", "deadlines", "lease_renew")
 _RELEASE = lua_source(__name__, "deadlines", "lease_token", "lease_free", "lease_release")
 
@@ -41,20 +41,22 @@ class SessionLease:
         self.keys = keys
         self.ttl_seconds = ttl_seconds
         self.owner = owner
-        self._ttl_ms = max(1, int(ttl_seconds * 1000))
+        self.ttl_ms = max(1, int(ttl_seconds * 1000))
+        """The lease's TTL in milliseconds, as the scripts set it."""
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
 
     async def acquire(self, session_id: str) -> int | None:
-        """Take the session's lease: its new fencing token, or None if someone holds it."""
+        """Take the session's lease: its new fencing token, or None if someone holds it.
+        (A drain takes it with its first turn: ``SessionQueue.take``.)"""
         token = await self._acquire(
             keys=[
                 self.keys.lease(session_id),
                 self.keys.fence(session_id),
                 self.keys.lease_deadlines(session_id),
             ],
-            args=[self._ttl_ms, self.owner, session_id],
+            args=[self.ttl_ms, self.owner, session_id],
         )
         return None if token is None else int(token)
 
@@ -66,7 +68,7 @@ class SessionLease:
                 self.keys.fence(session_id),
                 self.keys.lease_deadlines(session_id),
             ],
-            args=[str(token), self._ttl_ms, session_id, self.owner],
+            args=[str(token), self.ttl_ms, session_id, self.owner],
         )
         return bool(renewed)
 

@@ -20,12 +20,15 @@ reaper (docs/architecture.md, "Session protocol").
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
 
+from reactq.shared.bus import PublishGuard, ScriptGuard
 from reactq.shared.keys import Keys
 from reactq.shared.protocol.control import CancelMode
+from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import (
     CancelOutcome,
     CancelResult,
@@ -34,7 +37,7 @@ from reactq.shared.protocol.outcomes import (
     SubmitOutcome,
     SubmitStatus,
 )
-from reactq.shared.redis_client import lua_source, text
+from reactq.shared.redis_client import lua_join, lua_source, text
 from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus, validate_turn_id
 
 _SUBMIT = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_submit")
@@ -43,8 +46,7 @@ _CLAIM = lua_source(
 )
 _HAS_WORK = lua_source(__name__, "now_ms", "running_slot", "approval_hold", "queue_has_work")
 _FINISH = lua_source(__name__, "running_slot", "finish_turn", "queue_finish")
-_NEXT = lua_source(
-    __name__,
+_STEP = (
     "now_ms",
     "running_slot",
     "approval_hold",
@@ -53,7 +55,28 @@ _NEXT = lua_source(
     "finish_turn",
     "lease_token",
     "lease_free",
-    "queue_next",
+    "queue_step",
+)
+"""The preludes of a drain's step between turns (queue_step.lua's function)."""
+_NEXT = lua_source(__name__, *_STEP, "queue_next")
+# The same step with a turn's final: its status written as bus_publish_many.lua's
+# guard writes it (fenced_hset), its events appended by bus_append.lua's function.
+_NEXT_FINAL = lua_join(
+    lua_source(__name__, *_STEP, "fenced_hset"),
+    lua_source("reactq.shared.bus", "bus_append"),
+    lua_source(__name__, "queue_next_final"),
+)
+_TAKE = lua_source(
+    __name__,
+    "now_ms",
+    "running_slot",
+    "approval_hold",
+    "deadlines",
+    "claim_next",
+    "lease_token",
+    "lease_free",
+    "lease_take",
+    "queue_take",
 )
 _GIVE_BACK = lua_source(__name__, "running_slot", "queue_give_back")
 _CANCEL = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_cancel")
@@ -82,6 +105,8 @@ class SessionQueue:
         self._has_work = redis.register_script(_HAS_WORK)
         self._finish = redis.register_script(_FINISH)
         self._next = redis.register_script(_NEXT)
+        self._next_final = redis.register_script(_NEXT_FINAL)
+        self._take = redis.register_script(_TAKE)
         self._give_back = redis.register_script(_GIVE_BACK)
         self._cancel = redis.register_script(_CANCEL)
 
@@ -141,15 +166,55 @@ class SessionQueue:
             k.approvals_index(session_id),
         ]
 
+    async def take(
+        self, session_id: str, lease: SessionLease
+    ) -> tuple[int, ClaimedTurn | LeaseEnd] | None:
+        """The drain's first step, in one call: take the session's lease for ``lease``'s
+        owner (``SessionLease.acquire``), then claim the first turn under the new token
+        (``advance``). None when someone holds the lease (nothing done); else the token
+        and the claimed turn, or ``LeaseEnd.RELEASED`` when there was nothing to claim
+        (the lease was given back in the same call)."""
+        k = self.keys
+        result = await self._take(
+            keys=[
+                *self._claim_keys(session_id),
+                k.lease(session_id),
+                k.fence(session_id),
+                k.lease_deadlines(session_id),
+            ],
+            args=[session_id, lease.ttl_ms, lease.owner],
+        )
+        if not result:
+            return None
+        token, *claim = result
+        return int(token), _claimed(claim) if claim else LeaseEnd.RELEASED
+
     async def advance(
-        self, session_id: str, token: int, finished: tuple[str, TurnStatus] | None = None
+        self,
+        session_id: str,
+        token: int,
+        finished: tuple[str, TurnStatus] | None = None,
+        *,
+        publish: Callable[[ScriptGuard], Awaitable[bool]] | None = None,
     ) -> ClaimedTurn | LeaseEnd:
         """The drain's step between turns, in one call: finish the turn that ran
         (``finished``: its id and status), then claim the next while ``token`` holds
         the lease, or, with nothing to claim, release the lease (the session's
         deadline then follows the release's rule). Returns the claimed turn, or how
         the drain's hold ends: ``RELEASED``, or ``LOST`` (the token no longer held the
-        lease: nothing claimed, nothing released)."""
+        lease: nothing claimed, nothing released).
+
+        ``publish`` (with ``finished``) puts the turn's final in the same call: it is
+        given the guard to publish the final's events under (``publish_all(bus,
+        events, guard)``, through whatever wraps the bus: the audit log, a child's
+        forwarding) and says whether they went out. The guard records the turn's
+        status before the events, fenced by ``token``: LOST when the lease moved on,
+        with nothing published, finished, claimed or released.
+        """
+        if publish is not None and finished is not None:
+            record = PublishGuard(token, finished[0], str(finished[1]), self.meta_ttl)
+            guard = _FinalStep(self, session_id, record)
+            return guard.step if await publish(guard) else LeaseEnd.LOST
         k = self.keys
         turn_id, status = finished if finished is not None else ("", "")
         result = await self._next(
@@ -161,9 +226,7 @@ class SessionQueue:
             ],
             args=[session_id, turn_id, str(status), self.meta_ttl, str(token)],
         )
-        if isinstance(result, int):
-            return LeaseEnd.RELEASED if result == -1 else LeaseEnd.LOST
-        return _claimed(result)
+        return _step(result)
 
     async def finish(self, session_id: str, turn_id: str, status: TurnStatus) -> None:
         """Clear the running slot (if it still holds this turn), record the status, and
@@ -250,6 +313,51 @@ class SessionQueue:
         if raw is None:
             return None
         return session_id, TurnStatus(text(raw))
+
+
+class _FinalStep(ScriptGuard):
+    """``advance``'s guard for a turn's final: queue_next_final.lua publishes the
+    final's events (``RedisEventBus.publish_many`` passes them) and takes the step;
+    ``step`` is what the step gave (LOST until it ran)."""
+
+    def __init__(self, queue: SessionQueue, session_id: str, record: PublishGuard) -> None:
+        self.record = record
+        self.step: ClaimedTurn | LeaseEnd = LeaseEnd.LOST
+        self._queue = queue
+        self._session_id = session_id
+
+    async def publish(
+        self, keys: list[str], args: list[Any], payloads: list[str]
+    ) -> list[Any] | None:
+        """Publish the events and take the step; their stream ids, or None when the
+        lease moved on (nothing done)."""
+        k, sid = self._queue.keys, self._session_id
+        result = await self._queue._next_final(
+            # The stream's, the lease's and the status's keys (``keys``), then the step's.
+            keys=[
+                *keys,
+                k.running(sid),
+                k.pending(sid),
+                k.approvals(sid),
+                k.cancel_prefix(sid),
+                k.approvals_index(sid),
+                k.steps(sid),
+                k.lease_deadlines(sid),
+            ],
+            args=[*args, sid, *payloads],
+        )
+        if not result:
+            return None
+        ids, step = result
+        self.step = _step(step)
+        return list(ids)
+
+
+def _step(result: Any) -> ClaimedTurn | LeaseEnd:
+    """queue_next.lua's reply: the claimed turn, or how the hold ended."""
+    if isinstance(result, int):
+        return LeaseEnd.RELEASED if result == -1 else LeaseEnd.LOST
+    return _claimed(result)
 
 
 def _payload_text(raw: bytes | str) -> tuple[str, bool]:

@@ -12,6 +12,11 @@ turn's messages. Redis keeps them as long as it keeps the queue itself, so a
 worker's death loses nothing it would not lose anyway (docs/architecture.md,
 "Session protocol").
 
+A step's events go out with its checkpoint, in the same call
+(``TurnEmitter.checkpoint``; ``guard`` makes the write a guard of the bus's
+``publish_many``): the reply's with its tool calls' ``action`` events, the
+step's with its results.
+
 ``TurnSteps`` has the checkpoint methods of ``StateStore`` (``StepStore``), so a
 runner takes either: the embedded mode keeps steps in its store.
 """
@@ -20,12 +25,13 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from reactq.shared.bus import CheckpointGuard
 from reactq.shared.errors import StaleLeaseError
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_source
 from reactq.shared.state.base import TurnCheckpoint
 
-_SAVE = lua_source(__name__, "lease_token", "steps_save")
+_SAVE = lua_source(__name__, "lease_token", "fenced_hset", "steps_save")
 
 
 class TurnSteps:
@@ -60,6 +66,13 @@ class TurnSteps:
                 session_id=sid,
                 turn_id=checkpoint.turn_id,
             )
+
+    def guard(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> CheckpointGuard:
+        """The checkpoint write as a guard of ``RedisEventBus.publish_many``: stored in
+        the call that publishes the events that go with it, fenced the same way."""
+        return CheckpointGuard(
+            fence, checkpoint.turn_id, checkpoint.model_dump_json(), self.ttl_seconds
+        )
 
     async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
         """The turn's last checkpoint, or None."""

@@ -351,7 +351,9 @@ class StateStore(StepStore, DocumentStore, TodoStore, Protocol):
 
         A new session starts with ``fence`` as its token (0 when None). Raises
         StaleLeaseError, changing nothing, if the store has seen a newer token than
-        ``fence``; with ``fence`` None no token is checked or recorded. When the
+        ``fence``; with ``fence`` None no token is checked or recorded. A call that
+        fails otherwise (the database went away) may have recorded the fence, as
+        ``claim`` would, but never leaves a session half made. When the
         session belongs to another agent, ``messages`` is empty (the caller refuses
         the turn) and the fence is recorded all the same: the lease it stands for is
         the session's, whatever agent a turn asks for, as with ``claim``.
@@ -365,6 +367,8 @@ class StateStore(StepStore, DocumentStore, TodoStore, Protocol):
         record: TurnRecord,
         fence: int | None = None,
         branch_id: str | None = None,
+        *,
+        drop_checkpoint: bool = True,
     ) -> None:
         """Append a turn's messages and record its outcome in one atomic step.
 
@@ -376,6 +380,11 @@ class StateStore(StepStore, DocumentStore, TodoStore, Protocol):
         A turn is committed at most once: if ``record.turn_id`` already has a
         committed record, the step raises TurnCommittedError and writes nothing,
         whatever the fence (checked in the same atomic step as the write).
+
+        The same step drops the turn's checkpoint (``checkpoint_step``) from this
+        store. ``drop_checkpoint=False``, for a caller that keeps the turn's steps
+        elsewhere (the worker pool's ``TurnSteps``), leaves the store's checkpoints
+        as they are and spares the commit that work.
         """
         ...
 
@@ -408,7 +417,7 @@ class StateStore(StepStore, DocumentStore, TodoStore, Protocol):
         Fenced like ``commit_turn`` (StaleLeaseError, nothing written, when a newer
         token was issued); TurnCommittedError when the turn is committed already.
         The steps stay out of the conversation until ``commit_turn``, which drops
-        the checkpoint in the same atomic step.
+        the checkpoint in the same atomic step (unless told not to).
         """
         ...
 

@@ -375,6 +375,8 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         record: TurnRecord,
         fence: int | None = None,
         branch_id: str | None = None,
+        *,
+        drop_checkpoint: bool = True,
     ) -> None:
         """Append a turn's messages and record its outcome, atomically; see StateStore.
 
@@ -395,7 +397,8 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         self._turns[record.turn_id] = record
         session.turn_ids.add(record.turn_id)
         session.wrote()
-        self._checkpoints.pop((session_id, record.turn_id), None)
+        if drop_checkpoint:
+            self._checkpoints.pop((session_id, record.turn_id), None)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""

@@ -415,6 +415,8 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         record: TurnRecord,
         fence: int | None = None,
         branch_id: str | None = None,
+        *,
+        drop_checkpoint: bool = True,
     ) -> None:
         """Append a turn's messages and record its outcome, atomically, once per turn
         (TurnCommittedError otherwise); see StateStore.
@@ -436,7 +438,9 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             elsewhere = found is not None and found.session_id != session_id
             if not elsewhere:
                 await self.redis.set(index, session_id)
-        await self._write(session_id, messages, branch_id, record, fence, elsewhere)
+        await self._write(
+            session_id, messages, branch_id, record, fence, elsewhere, drop_checkpoint
+        )
 
     async def _write(
         self,
@@ -446,6 +450,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         record: TurnRecord | None,
         fence: int | None,
         committed_elsewhere: bool = False,
+        drop_checkpoint: bool = True,
     ) -> None:
         now = time.time()
         turn_id = record.turn_id if record is not None else None
@@ -456,6 +461,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             "" if record is None else _dump_record(record),
             repr(now),
             int(committed_elsewhere),
+            int(not drop_checkpoint),
             _summary_marks(messages),
             *(_dump_message(m, turn_id, now) for m in messages),
         ]

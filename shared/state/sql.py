@@ -18,10 +18,15 @@ Only ``ensure_session`` and ``begin_turn`` create sessions (they need the agent)
 SessionNotFoundError, and ``claim`` on one does nothing (there is nothing to fence
 yet; call ``ensure_session`` first to have the token recorded).
 
-The steps of a worker's turn are short: ``begin_turn`` is one transaction of two
-statements, ``checkpoint_step`` one statement, ``commit_turn`` (to a named branch)
-four on SQLite, five on PostgreSQL. Their statements are built once and run with
-parameters: building one costs more CPU than running it.
+The steps of a worker's turn are short. On SQLite ``begin_turn`` is one
+transaction of two statements, ``checkpoint_step`` one statement, ``commit_turn``
+one transaction of four (to a named branch; one fewer when the caller keeps the
+turn's steps elsewhere, ``drop_checkpoint=False``: the worker pool). On
+PostgreSQL ``begin_turn`` and ``commit_turn`` are each one statement, the call
+of a function that runs theirs (migration 0014: ``reactq_begin_turn``,
+``reactq_commit_turn``), its own transaction: one round trip each. Their
+statements are built once and run with parameters: building one costs more CPU
+than running it.
 """
 
 from __future__ import annotations
@@ -216,6 +221,15 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
     async def _write(self, op: Callable[[Connection], T]) -> T:
         """Run ``op`` in one write transaction (on SQLite: retried while busy)."""
+        return await self._tx.write(op)
+
+    async def _write_each(self, op: Callable[[Connection], T]) -> T:
+        """Run ``op`` with each statement a transaction of its own on PostgreSQL (no
+        BEGIN / COMMIT round trips: ``AsyncTransactions.autocommit``, whose terms
+        ``op`` must meet); SQLite runs it as one write transaction, whose BEGIN and
+        COMMIT cost no round trip (the writer thread runs them in the same hop)."""
+        if isinstance(self._tx, AsyncTransactions):
+            return await self._tx.autocommit(op)
         return await self._tx.write(op)
 
     def _insert(self, table: Any) -> Any:
@@ -452,14 +466,29 @@ class SqlStateStore(SqlDocuments, SqlTodos):
     async def begin_turn(
         self, session_id: str, agent: str, *, fence: int | None = None, branch_id: str | None = None
     ) -> TurnStart:
-        """Ensure the session, record ``fence`` and read a branch in one write
-        transaction; see StateStore.begin_turn.
+        """Ensure the session, record ``fence`` and read a branch; see
+        StateStore.begin_turn.
 
         Two statements on the common path: the session's upsert (which checks and
         moves the fence) and the branch's read; a new session's second one inserts
         its trunk instead, and another agent's session needs only the first.
+
+        SQLite runs them in one write transaction. PostgreSQL runs them in one call
+        of the ``reactq_begin_turn`` function (``sql_ops.begin_rows``), its own
+        transaction (no BEGIN / COMMIT round trips: ``_write_each``). The function
+        reads the branch in a statement after the upsert, so the read's snapshot
+        holds every commit that landed before, the one the upsert waited for
+        included (a staler holder's commit already past its fence check holds the
+        row's lock); in the upsert's own statement it would not. Should the
+        connection be found dead during the call, it runs once more on a fresh
+        one: the same token passes the fence again, and a new session's trunk is
+        in already.
         """
         now = time.time()
+        if self.dialect == "postgresql":
+            return await self._write_each(
+                functools.partial(self._begin_in_one, session_id, agent, fence, branch_id, now)
+            )
         row_values = {
             "session_id": session_id,
             "agent": agent,
@@ -474,13 +503,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
             row = conn.execute(upsert, row_values).first()
             if row is None:  # the fence refused the update
                 ops.refuse(conn, session_id, fence)
-            info = SessionInfo(
-                session_id=session_id,
-                agent=row.agent,
-                active_branch=row.active_branch,
-                fence=row.fence,
-                created_at=row.created_at,
-            )
+            info = _session_info(session_id, row)
             branch = branch_id or info.active_branch
             if info.created_at == now:
                 # This upsert inserted the row (an existing one keeps its creation
@@ -496,6 +519,20 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
         return await self._write(op)
 
+    @staticmethod
+    def _begin_in_one(
+        session_id: str,
+        agent: str,
+        fence: int | None,
+        branch_id: str | None,
+        now: float,
+        conn: Connection,
+    ) -> TurnStart:
+        """``begin_turn`` on PostgreSQL: one statement (``sql_ops.begin_rows``)."""
+        row, history = ops.begin_rows(conn, session_id, agent, fence, branch_id, now)
+        info = _session_info(session_id, row)
+        return TurnStart(info=info, branch_id=branch_id or info.active_branch, messages=history)
+
     async def commit_turn(
         self,
         session_id: str,
@@ -503,11 +540,23 @@ class SqlStateStore(SqlDocuments, SqlTodos):
         record: TurnRecord,
         fence: int | None = None,
         branch_id: str | None = None,
+        *,
+        drop_checkpoint: bool = True,
     ) -> None:
         """Append a turn's messages and record its outcome, atomically, once per turn
         (TurnCommittedError otherwise); see StateStore.
 
+        ``sql_ops.commit_rows``: on PostgreSQL one statement, the call of the
+        ``reactq_commit_turn`` function (migration 0014), its own transaction (no
+        BEGIN / COMMIT round trips: ``_write_each``); on SQLite one transaction of
+        the fence's lock (which reads the tip), the record and the messages. Both
+        remove the turn's checkpoint unless ``drop_checkpoint`` is False.
         Messages without a ``turn_id`` get the record's.
+
+        Should PostgreSQL's connection be found dead during the call, it runs once
+        more on a fresh one: if the first call had committed, the second is refused
+        with TurnCommittedError, as another worker's would be (the turn is
+        committed, once).
         """
         check_record(session_id, record)
         values = {
@@ -521,25 +570,17 @@ class SqlStateStore(SqlDocuments, SqlTodos):
             **_turn_extras(record),
         }
 
-        def op(conn: Connection) -> None:
-            tip: int | None = None
-            if branch_id is not None and self.dialect == "sqlite":
-                # One statement fewer: the fence's UPDATE reads the branch's tip too.
-                branch = branch_id
-                tip = ops.lock_fenced_at_tip(conn, session_id, fence, branch)
-            else:
-                active = ops.lock_fenced(conn, session_id, fence)
-                branch = branch_id or active
-            # The turn's record first: its primary key makes it the turn's one commit.
-            # A record already there (or one a concurrent transaction is writing, which
-            # this insert waits for) refuses the commit, and the raise rolls it back.
-            inserted = conn.execute(ops.insert_turn(self.dialect), values)
-            if inserted.rowcount != 1:
-                raise committed_twice(session_id, record.turn_id)
-            ops.append_rows(conn, session_id, branch, messages, record.turn_id, tip)
-            conn.execute(ops.delete_checkpoint(), {"tid": record.turn_id})
+        drop = drop_checkpoint
 
-        await self._write(op)
+        def op(conn: Connection) -> None:
+            # The turn's record is its one commit: a record already there (or one a
+            # concurrent transaction is writing, which the insert waits for) refuses
+            # the commit, and writes nothing.
+            ops.commit_rows(
+                conn, session_id, fence, branch_id, values, messages, drop_checkpoint=drop
+            )
+
+        await self._write_each(op)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
@@ -694,6 +735,17 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
 
 # --- helpers --------------------------------------------------------------------
+
+
+def _session_info(session_id: str, row: Any) -> SessionInfo:
+    """A session's row as ``upsert_session`` returns it, as a SessionInfo."""
+    return SessionInfo(
+        session_id=session_id,
+        agent=row.agent,
+        active_branch=row.active_branch,
+        fence=row.fence,
+        created_at=row.created_at,
+    )
 
 
 def _turn_record(row: Any) -> TurnRecord:

@@ -11,11 +11,14 @@ the event loop), and SQLAlchemy's async adapter makes several per statement:
 they were most of the store's CPU. One writer thread queues this process's
 writers (SQLite has one writer at a time: queueing them here is far cheaper
 than letting them spin in SQLite's busy handler; other processes still wait on
-the file lock); reads run on other threads beside it (WAL lets them).
+the file lock); reads run on other threads beside it (WAL lets them). The
+writer commits the writes queued together in one transaction, each in a
+savepoint of its own (group commit: BEGIN and COMMIT were most of its CPU).
 
 PostgreSQL (``AsyncTransactions``): ``AsyncConnection.run_sync(op)`` inside
 ``engine.begin()``, one greenlet spawn per transaction instead of one per
-statement; asyncpg's I/O stays on the event loop.
+statement; asyncpg's I/O stays on the event loop. ``autocommit(op)`` runs an op
+whose statements each stand alone, without the BEGIN and COMMIT round trips.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from queue import SimpleQueue
-from typing import Any, Protocol, TypeVar
+from queue import Empty, SimpleQueue
+from typing import Any, Generic, Protocol, TypeVar
 
 import aiosqlite
 from sqlalchemy import create_engine, event
@@ -80,6 +84,9 @@ class AsyncTransactions:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # The same pool; a connection is switched to autocommit while checked out
+        # (a setting of the driver's, no round trip).
+        self._autocommitted = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def read(self, op: Op[T]) -> T:
         """Run ``op`` on a connection whose transaction is rolled back at the end."""
@@ -89,7 +96,18 @@ class AsyncTransactions:
         """Run ``op`` in ``engine.begin()``: committed if it returns."""
         return await self._run(op, write=True)
 
-    async def _run(self, op: Op[T], *, write: bool) -> T:
+    async def autocommit(self, op: Op[T]) -> T:
+        """Run ``op`` with each statement a transaction of its own: no BEGIN or
+        COMMIT round trips (each costs as much as a statement).
+
+        For ops whose statements are each atomic and leave the store consistent in
+        between. ``op`` may run twice (once more on a fresh connection when its
+        connection was found dead): a statement that failed with its connection
+        may have committed, so it must be safe to repeat.
+        """
+        return await self._run(op, write=None)
+
+    async def _run(self, op: Op[T], *, write: bool | None) -> T:
         for attempt in (1, 2):
             ran = False
 
@@ -100,6 +118,9 @@ class AsyncTransactions:
                 return result
 
             try:
+                if write is None:  # autocommit
+                    async with self._autocommitted.connect() as conn:
+                        return await conn.run_sync(tracked)
                 async with self.engine.begin() if write else self.engine.connect() as conn:
                     return await conn.run_sync(tracked)
             except DBAPIError as exc:
@@ -135,8 +156,9 @@ class SqliteTransactions:
 
     async def write(self, op: Op[T]) -> T:
         """Run ``op`` in a BEGIN IMMEDIATE transaction on the writer thread, retrying
-        while SQLite reports the database busy (another process holds it)."""
-        return await self._writes.run(functools.partial(_write_in_thread, self._writer, op))
+        while SQLite reports the database busy (another process holds it). Writes
+        queued together share one transaction, each in a savepoint (``_write_group``)."""
+        return await self._writes.run(_Write(self._writer, op))
 
     async def close(self) -> None:
         """Let the queued transactions finish, stop the threads, close the connections."""
@@ -149,28 +171,114 @@ class _Cancelled(Exception):
     """Rolls back a transaction whose caller was cancelled before it committed."""
 
 
+_GROUP = 32
+"""At most this many queued write transactions share one BEGIN ... COMMIT."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Write(Generic[T]):
+    """A write transaction queued for the writer thread: ``op`` on ``engine`` (whose
+    transactions are BEGIN IMMEDIATE); see ``_write_group``."""
+
+    engine: Engine
+    op: Op[T]
+
+
 def _read_in_thread(engine: Engine, op: Op[T], _abandoned: Abandoned) -> T:
     with engine.connect() as conn:
         return op(conn)
 
 
-def _write_in_thread(engine: Engine, op: Op[T], abandoned: Abandoned) -> T:
-    for attempt in range(_BUSY_RETRIES):
+def _write_group(group: list[_WriteItem], more: Callable[[], _WriteItem | None]) -> list[_Outcome]:
+    """Run the write jobs of ``group`` (one to start with) in one BEGIN IMMEDIATE
+    transaction and COMMIT once: group commit, since BEGIN and COMMIT are most of
+    what a small write costs. Return each job's outcome, all of them known only once
+    the COMMIT succeeded (if it fails, every job gets its error).
+
+    Right after BEGIN the group takes the writes queued meanwhile (``more``), up to
+    ``_GROUP``. Several run each in a savepoint of its own (see ``_run_group``).
+    SQLITE_BUSY (another process holds the lock): the transaction waits and runs
+    again, as a lone one did. A job whose caller left before it ran is skipped.
+    """
+    engine = group[0][1].engine
+    settled: list[_Outcome] = []
+    attempt = 0
+    while group := [item for item in group if not item[0].cancelled()]:
+        last = attempt == _BUSY_RETRIES - 1
         try:
             with engine.begin() as conn:
-                result = op(conn)
-                # As through an async driver, a cancelled call does not commit
-                # (unless its COMMIT was already under way).
-                if abandoned():
-                    raise _Cancelled
-                return result
-        except OperationalError as exc:
-            if not is_busy(exc) or attempt == _BUSY_RETRIES - 1 or abandoned():
-                raise
+                # Not after a regroup: each one settles a job for good, so it ends.
+                while not settled and len(group) < _GROUP and (item := more()) is not None:
+                    group.append(item)
+                outcomes, regroup = _run_group(conn, group, last)
+                if regroup:
+                    conn.rollback()
+            if not regroup:
+                return settled + outcomes
+            # Run again at once without the jobs settled early (one fewer each time).
+            settled += regroup
+            early = {id(outcome[0]) for outcome in regroup}
+            group = [item for item in group if id(item[0]) not in early]
+            continue
+        except BaseException as exc:  # handed to the callers, whatever it is
+            if last or not isinstance(exc, OperationalError) or not is_busy(exc):
+                return settled + [(future, False, exc) for future, _ in group]
         # Blocking the writer thread is right: this process's other writers
         # would find the database as busy.
         time.sleep(min(0.01 * 2**attempt, 0.5))
-    raise AssertionError("unreachable")  # the loop returns or raises
+        attempt += 1
+    return settled
+
+
+def _run_group(
+    conn: Connection, group: list[_WriteItem], last: bool
+) -> tuple[list[_Outcome], list[_Outcome]]:
+    """Run the ops of ``group`` in ``conn``'s transaction, in order: their outcomes,
+    and those settled early (when there are any the transaction must not commit,
+    but run again without their jobs).
+
+    One op runs as it always did: what it raises rolls back the transaction. Several
+    run each in a savepoint: an op that raises, or whose caller was cancelled
+    meanwhile, is rolled back to its savepoint, alone; SQLITE_BUSY (unless on the
+    ``last`` attempt) rolls back the whole group, to wait and run it again.
+    """
+    if len(group) == 1:
+        future, write = group[0]
+        result = write.op(conn)
+        # As through an async driver, a cancelled call does not commit
+        # (unless its COMMIT was already under way).
+        if future.cancelled():
+            raise _Cancelled
+        return [(future, True, result)], []
+    # The driver's own statements: SQLAlchemy's begin_nested() costs as much CPU as
+    # the BEGIN and COMMIT saved. The driver's implicit BEGIN is off, so they are
+    # SQLite's plain savepoints (see install_sqlite_hooks).
+    dbapi = conn.connection.driver_connection
+    assert dbapi is not None
+    outcomes: list[_Outcome] = []
+    for future, write in group:
+        if future.cancelled():
+            continue  # its caller left before it ran
+        dbapi.execute("SAVEPOINT reactq_write")
+        try:
+            result = write.op(conn)
+            if future.cancelled():
+                raise _Cancelled
+        except BaseException as exc:  # handed to its caller, whatever it is
+            if not last and isinstance(exc, OperationalError) and is_busy(exc):
+                raise
+            if not dbapi.in_transaction:
+                # SQLite rolled the whole transaction back (on some errors it does):
+                # this op's outcome stands, the others run again without it.
+                return outcomes, [(future, False, exc)]
+            dbapi.execute("ROLLBACK TO reactq_write")
+            outcomes.append((future, False, exc))
+        else:
+            outcomes.append((future, True, result))
+        dbapi.execute("RELEASE reactq_write")
+    # A caller cancelled after its savepoint was released would see its op
+    # committed: the group runs again without it instead.
+    return outcomes, [outcome for outcome in outcomes if outcome[1] and outcome[0].cancelled()]
 
 
 def is_busy(exc: OperationalError) -> bool:
@@ -180,12 +288,17 @@ def is_busy(exc: OperationalError) -> bool:
 
 
 Job = Callable[[Abandoned], T]
+_Item = tuple[asyncio.Future[Any], "Job[Any] | _Write[Any]"]
+_WriteItem = tuple[asyncio.Future[Any], _Write[Any]]
+_Outcome = tuple[asyncio.Future[Any], bool, Any]
+"""A job's future, whether the job returned, and its result or exception."""
 
 
 class _Lane:
     """Threads running jobs from one queue, each result handed back to its caller's
     event loop in one ``call_soon_threadsafe`` (the least a hop can cost: a
-    ThreadPoolExecutor's futures cost twice as much CPU).
+    ThreadPoolExecutor's futures cost twice as much CPU; a group of writes takes
+    one per loop).
 
     The threads start on first use (so a store made before a fork starts them in
     the process that uses it) and are daemons: a store never closed does not keep
@@ -194,15 +307,16 @@ class _Lane:
 
     def __init__(self, name: str, size: int) -> None:
         self._name, self._size = name, size
-        self._jobs: SimpleQueue[tuple[asyncio.Future[Any], Job[Any]] | None] = SimpleQueue()
+        self._jobs: SimpleQueue[_Item | None] = SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._starting = threading.Lock()
 
-    def run(self, job: Job[T]) -> asyncio.Future[T]:
+    def run(self, job: Job[T] | _Write[T]) -> asyncio.Future[T]:
         """Queue ``job``; the future is settled on the caller's loop when it ends.
 
         Cancelling the future before a thread takes the job skips it; the job can
-        ask whether it was cancelled since (its argument).
+        ask whether it was cancelled since (its argument). A ``_Write`` runs with
+        the writes queued beside it (``_write_group``).
         """
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if not self._threads:
@@ -229,29 +343,65 @@ class _Lane:
             await asyncio.to_thread(_join, threads)
 
 
-def _serve(jobs: SimpleQueue[tuple[asyncio.Future[Any], Job[Any]] | None]) -> None:
-    while (item := jobs.get()) is not None:
-        future, job = item
-        if future.cancelled():
-            continue
+def _serve(jobs: SimpleQueue[_Item | None]) -> None:
+    # An item taken while a group of writes gathered, but not for it: served next.
+    carried: list[_Item | None] = []
+    while (item := carried.pop() if carried else jobs.get()) is not None:
+        if not item[0].cancelled():
+            job = item[1]
+            if isinstance(job, _Write):
+                more = functools.partial(_more, jobs, job.engine, carried)
+                _hand_back(_write_group([(item[0], job)], more))
+            else:
+                _hand_back([_run(item[0], job)])
+            del job
+        del item  # not kept alive while the thread waits
+
+
+def _more(
+    jobs: SimpleQueue[_Item | None], engine: Engine, carried: list[_Item | None]
+) -> _WriteItem | None:
+    """The next write on ``engine`` if one is queued. Anything else (a read on the
+    writer's lane, the end) stops the group and is carried over, in its turn."""
+    if carried:
+        return None
+    try:
+        item = jobs.get_nowait()
+    except Empty:
+        return None
+    if item is not None and isinstance(job := item[1], _Write) and job.engine is engine:
+        return item[0], job
+    carried.append(item)
+    return None
+
+
+def _run(future: asyncio.Future[Any], job: Job[Any]) -> _Outcome:
+    try:
+        return (future, True, job(future.cancelled))
+    except BaseException as exc:  # handed to the caller, whatever it is
+        return (future, False, exc)
+
+
+def _hand_back(outcomes: list[_Outcome]) -> None:
+    """Settle the futures on their loops: one ``call_soon_threadsafe`` per loop."""
+    loops: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for outcome in outcomes:
+        loops.setdefault(outcome[0].get_loop(), []).append(outcome)
+    for loop, settled in loops.items():
         try:
-            outcome: tuple[bool, Any] = (True, job(future.cancelled))
-        except BaseException as exc:  # handed to the caller, whatever it is
-            outcome = (False, exc)
-        try:
-            future.get_loop().call_soon_threadsafe(_settle, future, *outcome)
+            loop.call_soon_threadsafe(_settle, settled)
         except RuntimeError:  # the caller's loop is closed: nobody is waiting
             pass
-        del item, future, job, outcome  # not kept alive while the thread waits
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.cancelled():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+def _settle(outcomes: list[_Outcome]) -> None:
+    for future, ok, value in outcomes:
+        if future.cancelled():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 def _join(threads: list[threading.Thread]) -> None:

@@ -2,6 +2,9 @@
 
 The schema is versioned by the Alembic migrations in ``shared/state/migrations``;
 a change here needs a new revision there (``SCHEMA_REVISION`` names the newest).
+On PostgreSQL a turn's start and commit are functions (``reactq_begin_turn``,
+``reactq_commit_turn``, revision 0014) that name the columns of ``turns`` and
+``messages``: a column added to either needs a revision that replaces them.
 
 Times are Unix seconds (double precision), as in the pydantic models. A session is
 a tree of branches: a branch forked from ``parent_branch_id`` at
@@ -35,7 +38,7 @@ from reactq.shared.state.text import MARK, dec, dump_extra, dump_parts, enc, loa
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0014"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()

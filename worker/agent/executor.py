@@ -3,10 +3,13 @@
 Each call is decoded (depth-checked first), validated, passed through the
 approval gate and the ``before_tool`` intervention, run under its timeout, and
 its result turned into the text the model reads. Every call of a step is
-announced (its ``action`` event) before any of them runs. Consecutive read-only
-calls run concurrently, at most ``max_parallel_tools`` at once; a ``writes=True``
-tool runs alone, in model order. Every failure is a result the model reads
-(``[code] error``), never an exception out of the step.
+announced (its ``action`` event) before any of them runs, the step's actions in one
+publish (with the step's checkpoint when the run stores one then); the results of
+a batch go out before the next batch runs, the last batch's with the step's
+checkpoint. Consecutive read-only calls run concurrently, at most
+``max_parallel_tools`` at once; a ``writes=True`` tool runs alone, in model order.
+Every failure is a result the model reads (``[code] error``), never an exception
+out of the step.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,12 +179,18 @@ class ToolExecutor:
         truncated: bool = False,
         refused: Mapping[str, str] | None = None,
         contexts: Mapping[str, ToolContext] | None = None,
+        announced: Callable[[], Awaitable[None]] | None = None,
     ) -> list[str]:
         """Run ``calls``; return the text the model reads for each, in order.
 
-        Every call's ``action`` is published before any of them runs; results follow
-        in model order. ``refused`` (call id -> reason) answers those calls unrun, as
-        denied; ``contexts`` (call id -> context) replaces ``context`` for some calls.
+        Every call's ``action`` is published before any of them runs, all in one call:
+        ``announced()``, when given, publishes them (the run stores its reply's
+        checkpoint there, and the actions go with it: ``TurnEmitter.checkpoint``).
+        Results follow in model order: a batch's are published before the next batch
+        runs, and the last batch's are left queued on the emitter (``emit_later``)
+        for the caller's step checkpoint to take along, right after. ``refused``
+        (call id -> reason) answers those calls unrun, as denied; ``contexts`` (call
+        id -> context) replaces ``context`` for some calls.
         ``seen`` counts identical calls across the run (for the repeat nudge);
         ``truncated`` says the generation hit the token cap, so broken arguments
         were cut off rather than malformed.
@@ -189,11 +198,12 @@ class ToolExecutor:
         refused = refused or {}
         contexts = contexts or {}
         prepared = [
-            await self._prepare(
+            self._prepare(
                 call, emitter, truncated, contexts.get(call.id, context), refused.get(call.id)
             )
             for call in calls
         ]
+        await (announced() if announced is not None else emitter.flush())
         outputs: list[str] = []
         batch: list[_Call] = []
         for item in prepared:
@@ -219,6 +229,9 @@ class ToolExecutor:
     async def _run_batch(
         self, batch: list[_Call], emitter: TurnEmitter, iteration: int
     ) -> list[str]:
+        """Run a batch; its results are queued on the emitter (``emit_later``), and
+        published before the next batch runs (no result waits for a later tool)."""
+        await emitter.flush()  # the previous batch's results
         runnable = [p for p in batch if p.failure is None]
         if len(runnable) == 1:
             await self._execute(runnable[0], iteration)
@@ -233,16 +246,16 @@ class ToolExecutor:
         outputs: list[str] = []
         for p in batch:
             if p.failure is not None:
-                outputs.append(await self._failed(emitter, p.call, *p.failure))
+                outputs.append(self._failed(emitter, p.call, *p.failure))
             else:
                 output = p.output or ""
-                await emitter.emit(
+                emitter.emit_later(
                     ObservationEvent, tool=p.call.name, call_id=p.call.id, output=output
                 )
                 outputs.append(output)
         return outputs
 
-    async def _prepare(
+    def _prepare(
         self,
         call: ToolCall,
         emitter: TurnEmitter,
@@ -250,12 +263,13 @@ class ToolExecutor:
         context: ToolContext,
         refusal: str | None,
     ) -> _Call:
-        """Announce a call, decode it and look it up; a failure is kept on the result,
-        reported with the step's results (in model order)."""
+        """Announce a call (its action queued on the emitter, published before any call
+        runs), decode it and look it up; a failure is kept on the result, reported
+        with the step's results (in model order)."""
         raw = call.arguments
         item = _Call(call, None, {}, context)
         if arguments_too_deep(raw):
-            await emitter.emit(ActionEvent, tool=call.name, args=None, call_id=call.id)
+            emitter.emit_later(ActionEvent, tool=call.name, args=None, call_id=call.id)
             if refusal is None:
                 item.failure = (
                     "invalid_arguments",
@@ -277,7 +291,7 @@ class ToolExecutor:
                         "invalid_arguments",
                         f"the arguments are not valid JSON ({exc})",
                     )
-            await emitter.emit(ActionEvent, tool=call.name, args=args, call_id=call.id)
+            emitter.emit_later(ActionEvent, tool=call.name, args=args, call_id=call.id)
             if isinstance(args, dict):
                 item.args = args
             elif item.failure is None:
@@ -426,6 +440,6 @@ class ToolExecutor:
             return ""
         return f"\n\n{note}" if isinstance(note, str) and note else ""
 
-    async def _failed(self, emitter: TurnEmitter, call: ToolCall, code: str, error: str) -> str:
-        await emitter.emit(ToolFailedEvent, tool=call.name, call_id=call.id, error=error, code=code)
+    def _failed(self, emitter: TurnEmitter, call: ToolCall, code: str, error: str) -> str:
+        emitter.emit_later(ToolFailedEvent, tool=call.name, call_id=call.id, error=error, code=code)
         return tool_error_text(code, error)

@@ -287,17 +287,27 @@ class Run:
             )
         )
         if response.content and response.content.strip():
-            await self.emitter.emit(ThoughtEvent, text=response.content)
+            # Published with the step's actions, right after (no call runs between).
+            self.emitter.emit_later(ThoughtEvent, text=response.content)
         # The reply first: a worker lost while its tools run resumes with these calls.
-        await self._checkpoint()
-        await self._answer(calls, truncated=response.truncated)
+        # It is stored as the calls are announced, with their actions (one call).
+        await self._answer(calls, truncated=response.truncated, reply=True)
         self.step_size = len(calls) + 1
         return None
 
     async def _answer(
-        self, calls: list[ToolCall], *, truncated: bool = False, resumed: bool = False
+        self,
+        calls: list[ToolCall],
+        *,
+        truncated: bool = False,
+        resumed: bool = False,
+        reply: bool = False,
     ) -> None:
-        """Run ``calls`` (of the last reply), add their results, checkpoint the step."""
+        """Run ``calls`` (of the last reply), add their results, checkpoint the step.
+
+        ``reply``: the reply is not checkpointed yet; it is before any call runs, with
+        the calls' actions (or before delegations are submitted, if any are).
+        """
         # A call resumed without a decision started before its worker died (it may have
         # had side effects); an approved one never started: it waited for a person.
         context = dataclasses.replace(self.context, resumed=True) if resumed else self.context
@@ -326,6 +336,9 @@ class Run:
         if delegator is not None:
             asks = [c for c in calls if c.name in DELEGATION_TOOLS and c.id not in denied]
             if asks:
+                if reply:  # child turns are submitted next: the reply is stored first
+                    await self._checkpoint()
+                    reply = False
                 delegated, children = await delegator.resolve(asks, context)
         # Approved calls never started (they waited for a person): not ``resumed``.
         handled = [c for c in calls if c not in waiting and c not in children]
@@ -338,6 +351,7 @@ class Run:
             truncated=truncated,
             refused=denied,
             contexts={**{c.id: self.context for c in approved}, **delegated},
+            announced=self._checkpoint if reply else None,
         )
         for call, output in zip(handled, ran, strict=True):
             self._add(
@@ -381,8 +395,12 @@ class Run:
             return True
 
     async def _checkpoint(self) -> None:
+        """Store the step (``on_step``) with the events queued for it: the runner's
+        ``on_step`` publishes them in the same call (``TurnEmitter.checkpoint``); what
+        is left (no ``on_step``, or one that publishes nothing) goes out now."""
         if self.on_step is not None:
             await self.on_step(self.completed, list(self.new))
+        await self.emitter.flush()
 
     async def _text_step(self, response: LLMResponse) -> RunResult | None:
         step = self._parse(response)
@@ -405,7 +423,8 @@ class Run:
             )
         )
         if step.thought:
-            await self.emitter.emit(ThoughtEvent, text=step.thought)
+            # Published with the call's action, right after (no call runs between).
+            self.emitter.emit_later(ThoughtEvent, text=step.thought)
         name = step.tool or ""
         call = ToolCall(
             id=f"{self.loop.mode.mode.value}_{self.iteration}",

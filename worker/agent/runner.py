@@ -12,10 +12,11 @@ A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
 
 Every completed step is checkpointed as it completes (``StepStore.checkpoint_step``:
 the state store's, or the pool's ``TurnSteps`` in Redis; fenced like the commit,
-kept apart from the conversation); a turn given its ``checkpoint`` back (attempt
-n+1 after a lost worker) goes on from there. The end of the turn drops the
-checkpoint (the store's commit, or the pool's ``finish``); a cancelled turn
-discards it.
+kept apart from the conversation), and its events go out with it
+(``TurnEmitter.checkpoint``: in the same Redis call in the pool); a turn given its
+``checkpoint`` back (attempt n+1 after a lost worker) goes on from there. The end
+of the turn drops the checkpoint (the store's commit, or the pool's ``finish``); a
+cancelled turn discards it.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class AgentRunner:
         self.store = store
         self.agent_name = agent_name
         self.steps: StepStore = steps if steps is not None else store
+        # Steps kept elsewhere: the store holds no checkpoint of the turn for its
+        # commit to drop (a statement fewer per turn on SQL).
+        self._drop_checkpoint = self.steps is store
         self.workspace_root = workspace_root
 
     async def run_turn(
@@ -229,7 +233,9 @@ class AgentRunner:
                     branch_id=branch,
                     attempt=emitter.attempt,
                 )
-                await self.steps.checkpoint_step(saved, fence=fence)
+                # With the events the step queued (its actions, its results): one
+                # call when the steps are in Redis beside the stream.
+                await emitter.checkpoint(self.steps, saved, fence)
 
             result = await loop.run(
                 [*history, user],
@@ -287,7 +293,14 @@ class AgentRunner:
                 # An input guardrail refused it: the record says so, the conversation
                 # stays as it was (a later turn must not replay it to the model).
                 kept = []
-            await self.store.commit_turn(session_id, kept, record, fence=fence, branch_id=branch)
+            await self.store.commit_turn(
+                session_id,
+                kept,
+                record,
+                fence=fence,
+                branch_id=branch,
+                drop_checkpoint=self._drop_checkpoint,
+            )
             text, status, usage, cost = result.text, result.status, result.usage, result.cost
             output = result.output
             code = result.error.code if result.error is not None else None
@@ -339,7 +352,12 @@ class AgentRunner:
         )
         produced = [m.model_copy(update={"turn_id": turn_id}) for m in steps]
         await self.store.commit_turn(
-            session_id, [user, *produced, marker], record, fence=fence, branch_id=branch
+            session_id,
+            [user, *produced, marker],
+            record,
+            fence=fence,
+            branch_id=branch,
+            drop_checkpoint=self._drop_checkpoint,
         )
 
     async def _discard_files(self, emitter: TurnEmitter) -> None:
