@@ -369,6 +369,7 @@ class Producer:
             metadata=metadata,
             context=context,
             overrides=overrides,
+            webhook=hook is not None,
         )
         if hook is not None:
             # Before the push: whoever ends the turn, however soon, finds it.

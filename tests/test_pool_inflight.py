@@ -15,6 +15,7 @@ from reactq.shared.events import FinalEvent, StartedEvent
 from reactq.shared.keys import Keys
 from reactq.shared.protocol.dispatch import celery_app
 from reactq.shared.settings import Settings
+from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.helpers import WorkerPool, lookup_then_answer, sleepy_lookup, sync_client
 
@@ -23,18 +24,25 @@ pytestmark = pytest.mark.e2e
 CONCURRENCY, TURNS = 6, 12
 
 
+def pool_env(
+    redis_url: str, namespace: str, tmp_path: Path, model: ScriptedServer
+) -> dict[str, str]:
+    """A worker's environment: the test's Redis and namespace, SQLite, the model."""
+    return {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": namespace,
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+
+
 async def test_a_worker_holds_its_concurrency_in_flight_and_no_more(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     # Each turn makes two model calls of 1.5 s: the first six overlap for seconds.
     model = ScriptedServer(lookup_then_answer, latency=1.5).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-inflight",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        "OPENAI_BASE_URL": model.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
+    env = pool_env(redis_url, f"{namespace}-inflight", tmp_path, model)
     pool = WorkerPool(env, tmp_path, concurrency=CONCURRENCY)
     pool.start(1)
     try:
@@ -76,13 +84,7 @@ async def test_a_full_worker_keeps_one_message_and_answers_its_monitor(
 ) -> None:
     # Each turn's model calls take 2 s: two turns fill the worker for 4 s.
     model = ScriptedServer(sleepy_lookup).start_in_thread()
-    env = {
-        "REACTQ_REDIS_URL": redis_url,
-        "REACTQ_NAMESPACE": f"{namespace}-full",
-        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        "OPENAI_BASE_URL": model.base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
+    env = pool_env(redis_url, f"{namespace}-full", tmp_path, model)
     settings = Settings.from_env(env)
     keys = Keys.for_settings(settings)
     redis = sync_client(redis_url)
@@ -115,6 +117,47 @@ async def test_a_full_worker_keeps_one_message_and_answers_its_monitor(
                 for handle in handles:
                     final = await asyncio.wait_for(handle.result(), 30)
                     assert final.status == "completed", final
+    finally:
+        redis.close()
+        model.stop()
+
+
+async def test_a_full_worker_stopped_gives_its_waiting_message_back(
+    redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    model = ScriptedServer(sleepy_lookup).start_in_thread()
+    # No reaper pass during the test: what the broker holds is what the worker did.
+    env = pool_env(redis_url, f"{namespace}-stop", tmp_path, model)
+    env["REACTQ_REAPER_INTERVAL_SECONDS"] = "120"
+    settings = Settings.from_env(env)
+    queue = Keys.for_settings(settings).queue("e2e")
+    redis = sync_client(redis_url)
+    pool = WorkerPool(env, tmp_path, concurrency=2)
+    try:
+        async with Producer(settings) as producer:
+            run = uuid.uuid4().hex[:6]
+            with pool.running(1):
+                handles = [
+                    await producer.submit(f"stop-{run}-{i}", f"sleep=1 turn {i}", agent="e2e")
+                    for i in range(3)
+                ]
+                for _ in range(100):
+                    statuses = [await producer.turn_status(h.turn_id) for h in handles]
+                    if statuses.count(TurnStatus.RUNNING) == 2:
+                        break
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(0.5)
+                # Two turns run; the third's drain message waits in the worker.
+                assert redis.llen(queue) == 0, (statuses, pool.logs())
+            # A warm shutdown: the two turns finished, and the waiting drain went back
+            # to the broker, not lost until a reaper finds the session (handed over
+            # by its drain, put back unacked, or both: a duplicate drain is a no-op).
+            assert redis.llen(queue) >= 1, pool.logs()
+            assert await producer.turn_status(handles[2].turn_id) is TurnStatus.QUEUED
+            (tmp_path / "next").mkdir()
+            with WorkerPool(env, tmp_path / "next", concurrency=2).running(1):
+                final = await asyncio.wait_for(handles[2].result(), 30)
+                assert final.status == "completed", final
     finally:
         redis.close()
         model.stop()

@@ -27,6 +27,7 @@ from reactq.shared.events import ActionEvent, FinalEvent, ObservationEvent, Star
 from reactq.shared.protocol import queue
 from reactq.shared.settings import Settings
 from reactq.shared.turns import TurnRequest
+from reactq.shared.webhooks import Delivery
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from reactq.worker.bridge import Bridge
 from tests.helpers import lookup_then_answer
@@ -102,8 +103,18 @@ def test_one_pool_turn_is_five_redis_round_trips(
         drainer = bridge.drainer
         assert drainer is not None
 
+        async def send_webhook(delivery: Delivery, countdown: float | None) -> None:
+            raise AssertionError(f"no turn here has a webhook: {delivery}")
+
+        # Wired as run_worker wires it: a turn's end would enqueue its webhook.
+        drainer.send_webhook = send_webhook
+
         def submit(session_id: str) -> None:
-            turn = TurnRequest(session_id=session_id, agent=agent.name, message="hello")
+            # As a producer submits a turn without a webhook (the worker then does not
+            # look for one).
+            turn = TurnRequest(
+                session_id=session_id, agent=agent.name, message="hello", webhook=False
+            )
             bridge.run(drainer.queue.submit(turn))
 
         warm = f"warm-{uuid.uuid4().hex[:8]}"  # connections open, caches filled

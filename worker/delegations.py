@@ -169,6 +169,7 @@ class PoolDelegator:
             message=task.task,
             context=dict(context.context),
             overrides=budget,
+            webhook=False,
             metadata={
                 DELEGATION_METADATA: {
                     "parent_session": parent_sid,

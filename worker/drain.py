@@ -370,8 +370,11 @@ class Drainer:
         emitter.token, emitter.status_ttl = token, self.queue.meta_ttl
         runner = self.runners.get(turn.agent)
         delegates = link is not None or (runner is not None and bool(runner.loop.config.subagents))
-        # Only a child, or a turn that may have children, has delegations to settle.
-        emitter.ended = self._ended if delegates else functools.partial(self._ended, settle=False)
+        # Only a child, or a turn that may have children, has delegations to settle;
+        # only a turn submitted with a webhook (or by an older producer) has one.
+        emitter.ended = functools.partial(
+            self._ended, settle=delegates, webhook=turn.webhook is not False
+        )
         emitter.link = link
         try:
             status = await self._run_turn(sid, claimed, turn, emitter, token)
@@ -703,13 +706,14 @@ class Drainer:
         await self.queue.finish(sid, turn_id, record.status)
         return True
 
-    async def _ended(self, final: FinalEvent, settle: bool = True) -> None:
+    async def _ended(self, final: FinalEvent, settle: bool = True, webhook: bool = True) -> None:
         """A turn's final is out: settle its delegations (``settle``: it is a child, or
-        may have children), enqueue its webhook, if it has one. Never fails the turn
-        (the delivery is lost, and logged, when Redis or the broker is away)."""
+        may have children), enqueue its webhook, if it has one (``webhook``: it may).
+        Never fails the turn (the delivery is lost, and logged, when Redis or the
+        broker is away)."""
         if settle:
             await self.children.ended(final)
-        if self.webhooks is None or self.send_webhook is None:
+        if not webhook or self.webhooks is None or self.send_webhook is None:
             return
         try:
             await self.webhooks.ended(final, self.send_webhook)

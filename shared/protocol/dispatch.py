@@ -28,8 +28,9 @@ own publish retries)."""
 DRAIN_TASK = "reactq.drain"
 """The Celery task a producer sends and a worker runs: ``reactq.drain(session_id)``."""
 
-# Above the longest turn: a Redis-broker message unacked for this long is
-# redelivered, so it must never fire for a turn that is merely slow. Lost turns
+# Above the longest turn: kombu's Redis channel redelivers a message unacked for
+# this long (reactq's worker keeps its unacked messages in memory instead,
+# transport.py), so it must never fire for a turn that is merely slow. Lost turns
 # are recovered much sooner by the lease reaper.
 VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
 
