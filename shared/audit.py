@@ -178,16 +178,29 @@ class SqlAuditSink:
     flush writes everything queued in one transaction, so a busy worker does not
     pay a database transaction per event. ``batch=False`` writes each row before
     ``record`` returns (what ``AuditedBus(strict=True)`` callers want).
+
+    ``linger`` (seconds): a flush waits that long for more rows, unless a turn's
+    ``final`` comes first, which is written at once with everything queued before
+    it. A worker lingers: a turn's events then cost one write with its final
+    instead of one each step, and a turn's audit is whole once its final is.
     """
 
     def __init__(
-        self, store: SqlStateStore, *, owns_store: bool = False, batch: bool = True
+        self,
+        store: SqlStateStore,
+        *,
+        owns_store: bool = False,
+        batch: bool = True,
+        linger: float = 0.0,
     ) -> None:
         self.store = store
         self.owns_store = owns_store
         self.batch = batch
+        self.linger = linger
         self._queued: list[dict[str, Any]] = []
         self._flusher: asyncio.Future[None] | None = None
+        self._urgent = False  # a final (or a flush) is queued: write without lingering
+        self._lingering: asyncio.Future[None] | None = None
 
     async def record(self, event: BaseEvent) -> None:
         """Queue the event as one row (or write it at once, without batching)."""
@@ -206,11 +219,19 @@ class SqlAuditSink:
             await self._insert([row])
             return
         self._queued.append(row)
+        if row["type"] == "final":
+            self._hurry()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.ensure_future(self._flush_queued())
 
+    def _hurry(self) -> None:
+        self._urgent = True
+        if self._lingering is not None and not self._lingering.done():
+            self._lingering.set_result(None)
+
     async def flush(self) -> None:
         """Write every queued row now."""
+        self._hurry()
         while self._flusher is not None and not self._flusher.done():
             await asyncio.shield(self._flusher)
         if self._queued:
@@ -218,6 +239,9 @@ class SqlAuditSink:
 
     async def _flush_queued(self) -> None:
         while self._queued:
+            if self.linger and not self._urgent:
+                await self._linger()
+            self._urgent = False
             rows, self._queued = self._queued, []
             try:
                 await self._insert(rows)
@@ -225,6 +249,17 @@ class SqlAuditSink:
                 raise
             except Exception:
                 log.exception("audit: could not record %d events", len(rows))
+
+    async def _linger(self) -> None:
+        """Wait ``linger`` seconds, or until ``_hurry``."""
+        loop = asyncio.get_running_loop()
+        waiting = self._lingering = loop.create_future()
+        timer = loop.call_later(self.linger, _settle, waiting)
+        try:
+            await waiting
+        finally:
+            timer.cancel()
+            self._lingering = None
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
         def op(conn: Connection) -> None:
@@ -306,13 +341,20 @@ class DeferredAuditSink:
         """Nothing: whoever owns the opener closes what it opened."""
 
 
-def audit_sink_for(store: StateStore, *, batch: bool = True) -> AuditSink | None:
+def audit_sink_for(
+    store: StateStore, *, batch: bool = True, linger: float = 0.0
+) -> AuditSink | None:
     """A sink writing to ``store``'s database (sharing its engine), or None when the
     store is not SQL (the audit log needs a database that can hold it). ``batch``
-    as for SqlAuditSink."""
+    and ``linger`` as for SqlAuditSink."""
     if isinstance(store, SqlStateStore):
-        return SqlAuditSink(store, batch=batch)
+        return SqlAuditSink(store, batch=batch, linger=linger)
     return None
+
+
+def _settle(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
 
 
 async def open_audit_sink(url: str, **kwargs: Any) -> AuditSink:

@@ -52,6 +52,19 @@ def lookup_then_answer(request: Mapping[str, Any]) -> Reply:
     return Reply.text(f"answer to: {last_user_text(request)}")
 
 
+async def audited_events(producer: Any, turn_id: str, timeout: float = 10) -> list[Any]:
+    """A finished turn's audit log once it holds the turn's final: a worker writes a
+    turn's rows in the background, with its final (``AUDIT_LINGER_SECONDS``)."""
+    found: list[Any] = []
+
+    async def whole() -> bool:
+        found[:] = await producer.turn_events(turn_id)
+        return any(e.type == "final" for e in found)
+
+    await wait_until(whole, timeout, f"the audit log of {turn_id} with its final")
+    return found
+
+
 async def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
     """Poll an (async or sync) predicate until it is truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout

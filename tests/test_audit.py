@@ -3,6 +3,7 @@ backend (and the in-memory sink); a sink failure never kills a run."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -102,3 +103,42 @@ async def test_sink_for_a_store(tmp_path: Path) -> None:
         await store.close()
     with pytest.raises(ConfigError, match="SQL database"):
         await open_audit_sink("redis://localhost:6379/0")
+
+
+async def test_a_lingering_sink_writes_a_turn_with_its_final(tmp_path: Path) -> None:
+    """A worker's sink (``linger``) keeps a turn's rows until its final, then writes
+    them in one go; rows with no final behind them wait at most ``linger``."""
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
+    writes: list[int] = []
+    sink = SqlAuditSink(store, linger=30.0)
+    insert = sink._insert
+
+    async def counted(rows: list[dict[str, object]]) -> None:
+        writes.append(len(rows))
+        await insert(rows)
+
+    sink._insert = counted  # type: ignore[method-assign]
+    try:
+        emitter = TurnEmitter(AuditedBus(MemoryEventBus(), sink), sid(), "t_linger", 1)
+        await emitter.emit(StartedEvent, worker="w")
+        await emitter.emit(DeltaEvent, text="hi")
+        await asyncio.sleep(0.05)
+        assert writes == []  # waiting for more rows, well within linger
+        await emitter.emit(FinalEvent, status=TurnStatus.COMPLETED, text="hi")
+        await sink.flush()
+        assert writes == [3]  # the final wrote the turn's rows in one go
+        assert [e.type for e in await sink.turn_events("t_linger")] == ["started", "delta", "final"]
+        quick = SqlAuditSink(store, linger=0.05)
+        await AuditedBus(MemoryEventBus(), quick).publish(
+            StartedEvent(session_id=sid(), turn_id="t_parked", attempt=1, seq=1, worker="w")
+        )
+        reader = SqlAuditSink(store)  # reads without flushing the other sink's rows
+        assert await reader.turn_events("t_parked") == []
+        for _ in range(100):  # no final comes: written once the linger is over
+            if await reader.turn_events("t_parked"):
+                break
+            await asyncio.sleep(0.02)
+        assert [e.type for e in await reader.turn_events("t_parked")] == ["started"]
+    finally:
+        await sink.close()
+        await store.close()

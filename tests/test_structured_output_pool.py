@@ -18,7 +18,7 @@ from reactq.shared.errors import InvalidOutputError
 from reactq.shared.settings import Settings
 from tests import structured_agents
 from tests.gateway_support import Gateway, start_gateway
-from tests.helpers import running_pool, wait_until
+from tests.helpers import audited_events, running_pool, wait_until
 from tests.structured_agents import Forecast
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,7 @@ async def test_a_turn_calls_a_tool_then_ends_with_a_typed_output(producer: Produ
     assert final.output == {"city": "Paris", "temp_c": 21}
     assert await handle.output(Forecast) == Forecast(city="Paris", temp_c=21)
     assert await handle.output() == {"city": "Paris", "temp_c": 21}
-    assert [e.type for e in await producer.turn_events(handle.turn_id)].count("action") == 1
+    assert [e.type for e in await audited_events(producer, handle.turn_id)].count("action") == 1
 
 
 async def test_a_model_that_keeps_answering_prose_ends_with_invalid_output(

@@ -24,7 +24,7 @@ from reactq.shared.events import QueuedEvent
 from reactq.shared.settings import Settings
 from tests import turn_input_agents
 from tests.gateway_support import Gateway, start_gateway
-from tests.helpers import running_pool, wait_until
+from tests.helpers import audited_events, running_pool, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -140,7 +140,7 @@ async def test_every_turn_records_the_agents_configuration_version(producer: Pro
     handle = await producer.submit(sid(), "v?", agent="ctx")
     final = await handle.result(timeout=30)
     assert final.config_version == version
-    started = [e for e in await producer.turn_events(handle.turn_id) if e.type == "started"]
+    started = [e for e in await audited_events(producer, handle.turn_id) if e.type == "started"]
     assert started and all(e.config_version == version for e in started)  # type: ignore[union-attr]
     info = await producer.turn_info(handle.turn_id)
     assert info is not None and info.config_version == version

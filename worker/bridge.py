@@ -49,6 +49,10 @@ from reactq.worker.observe import ObservedRunner, Observer, observed_agent
 log = logging.getLogger("reactq.worker")
 T = TypeVar("T")
 
+AUDIT_LINGER_SECONDS = 0.25
+"""How long a worker's audit rows may wait to be written with others: a turn's
+``final`` writes them at once, so a turn's audit is whole once its final is."""
+
 
 class Bridge:
     """Owns the worker process's event loop and everything bound to it."""
@@ -179,8 +183,11 @@ class Bridge:
         path = s.database_path
         created = path is not None and not path.exists()
         self.store = await open_store(s.database_url, namespace=s.namespace)
-        # The audit log lives in the state database: a SQL store brings it along.
-        sink = self.audit = audit_sink_for(self.store) if s.audit else None
+        # The audit log lives in the state database: a SQL store brings it along. Its
+        # rows wait for their turn's final (or AUDIT_LINGER_SECONDS): a write a turn.
+        sink = self.audit = (
+            audit_sink_for(self.store, linger=AUDIT_LINGER_SECONDS) if s.audit else None
+        )
         events: EventBus = bus if sink is None else AuditedBus(bus, sink, close_sink=False)
         runners: dict[str, AgentRunner] = {}
         clients = ClientCache(clients_for(s.concurrency))
