@@ -38,9 +38,10 @@ VISIBILITY_TIMEOUT_SECONDS = 6 * 3600
 def celery_app(settings: Settings, *, consumer: bool = False) -> Celery:
     """A Celery app on the pool's broker: JSON only, no results.
 
-    ``consumer`` adds what only a worker needs: late acks (a task whose worker
-    died is delivered again), one message prefetched per thread, task events only
-    when a monitor turns them on (Flower does), and the hardened Redis transport.
+    ``consumer`` adds what only a worker needs: late acks (on RabbitMQ a task whose
+    worker died is delivered again; on Redis, whose transport keeps unacked messages
+    in memory, the reaper recovers its session), one message prefetched, task events
+    only when a monitor turns them on (Flower does), and the hardened Redis transport.
     With ``REACTQ_TRACING`` every message the process sends carries the current
     trace.
     """

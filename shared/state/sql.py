@@ -503,7 +503,13 @@ class SqlStateStore(SqlDocuments, SqlTodos):
             row = conn.execute(upsert, row_values).first()
             if row is None:  # the fence refused the update
                 ops.refuse(conn, session_id, fence)
-            info = _session_info(session_id, row)
+            info = SessionInfo(
+                session_id=session_id,
+                agent=row.agent,
+                active_branch=row.active_branch,
+                fence=row.fence,
+                created_at=row.created_at,
+            )
             branch = branch_id or info.active_branch
             if info.created_at == now:
                 # This upsert inserted the row (an existing one keeps its creation
@@ -529,8 +535,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
         conn: Connection,
     ) -> TurnStart:
         """``begin_turn`` on PostgreSQL: one statement (``sql_ops.begin_rows``)."""
-        row, history = ops.begin_rows(conn, session_id, agent, fence, branch_id, now)
-        info = _session_info(session_id, row)
+        info, history = ops.begin_rows(conn, session_id, agent, fence, branch_id, now)
         return TurnStart(info=info, branch_id=branch_id or info.active_branch, messages=history)
 
     async def commit_turn(
@@ -570,14 +575,18 @@ class SqlStateStore(SqlDocuments, SqlTodos):
             **_turn_extras(record),
         }
 
-        drop = drop_checkpoint
-
         def op(conn: Connection) -> None:
             # The turn's record is its one commit: a record already there (or one a
             # concurrent transaction is writing, which the insert waits for) refuses
             # the commit, and writes nothing.
             ops.commit_rows(
-                conn, session_id, fence, branch_id, values, messages, drop_checkpoint=drop
+                conn,
+                session_id,
+                fence,
+                branch_id,
+                values,
+                messages,
+                drop_checkpoint=drop_checkpoint,
             )
 
         await self._write_each(op)
@@ -735,17 +744,6 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
 
 # --- helpers --------------------------------------------------------------------
-
-
-def _session_info(session_id: str, row: Any) -> SessionInfo:
-    """A session's row as ``upsert_session`` returns it, as a SessionInfo."""
-    return SessionInfo(
-        session_id=session_id,
-        agent=row.agent,
-        active_branch=row.active_branch,
-        fence=row.fence,
-        created_at=row.created_at,
-    )
 
 
 def _turn_record(row: Any) -> TurnRecord:

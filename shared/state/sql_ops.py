@@ -17,7 +17,6 @@ import functools
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from sqlalchemy import (
@@ -48,7 +47,14 @@ from sqlalchemy.engine import Connection
 
 from reactq.shared.errors import BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.base import TRUNK, BranchInfo, SessionRecord, committed_twice, stale
+from reactq.shared.state.base import (
+    TRUNK,
+    BranchInfo,
+    SessionInfo,
+    SessionRecord,
+    committed_twice,
+    stale,
+)
 from reactq.shared.state.sql_bulk import insert_many
 from reactq.shared.state.sql_schema import (
     branches,
@@ -238,7 +244,7 @@ def _branch_tip() -> Select[Any]:
         .where(messages.c.session_id == sid, messages.c.branch_id == bid)
         .scalar_subquery()
     )
-    return select(func.coalesce(last, branches.c.fork_sequence, 0).label("tip")).where(
+    return select(func.coalesce(last, branches.c.fork_sequence, 0)).where(
         branches.c.session_id == sid, branches.c.branch_id == bid
     )
 
@@ -506,17 +512,21 @@ def dialect_insert(dialect: str, table: Table) -> Any:
 def upsert_session(dialect: str, *, fenced: bool) -> Any:
     """Insert a session row (run with its columns), or on an existing one check and
     move the fence (``fenced``), returning the row: none when a newer fence is stored."""
-    return _upsert_session(dialect_insert(dialect, sessions), fenced=fenced).returning(
-        *_SESSION_RETURNED
+    query = dialect_insert(dialect, sessions)
+    if fenced:
+        query = query.on_conflict_do_update(
+            index_elements=["session_id"],
+            set_={"fence": query.excluded.fence, "updated_at": query.excluded.updated_at},
+            where=sessions.c.fence <= query.excluded.fence,
+        )
+    else:
+        # A no-op update: DO NOTHING would return no row for an existing session.
+        query = query.on_conflict_do_update(
+            index_elements=["session_id"], set_={"fence": sessions.c.fence}
+        )
+    return query.returning(
+        sessions.c.agent, sessions.c.active_branch, sessions.c.fence, sessions.c.created_at
     )
-
-
-_SESSION_RETURNED = (
-    sessions.c.agent,
-    sessions.c.active_branch,
-    sessions.c.fence,
-    sessions.c.created_at,
-)
 
 
 @functools.cache
@@ -547,14 +557,13 @@ def begin_rows(
     fence: int | None,
     branch_id: str | None,
     now: float,
-) -> tuple[_SessionRow, list[ChatMessage]]:
+) -> tuple[SessionInfo, list[ChatMessage]]:
     """PostgreSQL: ``begin_turn`` in one statement, atomic on its own: the session's
     upsert, which checks and moves the fence (StaleLeaseError when a newer token is
     stored), inserting its trunk with a new row, then (an existing session of
     ``agent``) ``read_for_turn`` of ``branch_id`` (else the active branch), with a
-    snapshot taken after the upsert waited for the row. Returns the session's row
-    (``agent``, ``active_branch``, ``fence``, ``created_at``; ``created_at`` is
-    ``now`` for a new one) and the history.
+    snapshot taken after the upsert waited for the row. Returns the session
+    (``created_at`` is ``now`` for a new one) and the history.
 
     ``reactq_begin_turn`` is a function because one SQL statement would read the
     history from the snapshot taken before it waited for the row's previous holder.
@@ -572,38 +581,14 @@ def begin_rows(
         if fence is None or head["s_fence"] is None:  # pragma: no cover - a deleted row
             refuse(conn, session_id, fence)
         raise stale(session_id, int(head["s_fence"]), fence)
-    row = _SessionRow(
+    info = SessionInfo(
+        session_id=session_id,
         agent=head["s_agent"],
         active_branch=head["s_active_branch"],
         fence=head["s_fence"],
         created_at=head["s_created_at"],
     )
-    return row, [to_message(r) for r in rows[1:]]
-
-
-@dataclass(frozen=True, slots=True)
-class _SessionRow:
-    """The columns of a session's row ``begin_turn`` reads (``upsert_session``'s)."""
-
-    agent: str
-    active_branch: str
-    fence: int
-    created_at: float
-
-
-def _upsert_session(query: Any, *, fenced: bool) -> Any:
-    if fenced:
-        query = query.on_conflict_do_update(
-            index_elements=["session_id"],
-            set_={"fence": query.excluded.fence, "updated_at": query.excluded.updated_at},
-            where=sessions.c.fence <= query.excluded.fence,
-        )
-    else:
-        # A no-op update: DO NOTHING would return no row for an existing session.
-        query = query.on_conflict_do_update(
-            index_elements=["session_id"], set_={"fence": sessions.c.fence}
-        )
-    return query
+    return info, [to_message(r) for r in rows[1:]]
 
 
 @functools.cache
@@ -688,10 +673,10 @@ def commit_rows(
     by the raise): the lock, which reads the tip of a named branch too
     (``lock_fenced_at_tip``), the record, the messages' executemany, the removal.
     """
-    turn_id = str(record["turn_id"])
     if conn.dialect.name == "postgresql":
         _call_commit_turn(conn, session_id, fence, branch_id, record, new, drop_checkpoint)
         return
+    turn_id = str(record["turn_id"])
     tip: int | None = None
     if branch_id is not None:
         branch = branch_id
