@@ -36,7 +36,7 @@ from reactq.shared.errors import (
 )
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS, Keys
-from reactq.shared.redis_client import connect, lua_join, lua_source
+from reactq.shared.redis_client import connect, lua_join, lua_source, once_key_id
 from reactq.shared.redis_urls import is_cluster_url
 
 if TYPE_CHECKING:
@@ -308,10 +308,13 @@ class Subscription(AsyncIterator[Event]):
 
 # One round trip: append (capped), publish the same payload with its id spliced
 # in, refresh the TTL; every publishing script shares bus_append.lua's function.
-_PUBLISH_LUA = lua_source(__name__, "bus_append", "bus_publish")
+# A resent call publishes nothing twice (once.lua).
+_ONCE = lua_source("reactq.shared.redis_client", "once")
+_PUBLISH_LUA = lua_join(_ONCE, lua_source(__name__, "bus_append", "bus_publish"))
 # The guard reads the lease and writes its record as the session protocol's scripts
 # do (their preludes).
 _PUBLISH_MANY_LUA = lua_join(
+    _ONCE,
     lua_source("reactq.shared.protocol.lease", "lease_token", "fenced_hset"),
     lua_source(__name__, "bus_append", "bus_publish_many"),
 )
@@ -430,8 +433,13 @@ class RedisEventBus:
     async def publish(self, event: E) -> E:
         """Append the event to its session's stream; return it with its stream ``id``."""
         payload = _payload(event)
+        sid = event.session_id
         raw_id = await self._publish(
-            keys=[self.keys.events(event.session_id), self.keys.channel(event.session_id)],
+            keys=[
+                self.keys.events(sid),
+                self.keys.channel(sid),
+                self.keys.once(sid, once_key_id()),
+            ],
             args=[self.maxlen, self.ttl_seconds, payload],
         )
         return event.model_copy(update={"id": _text(raw_id)})
@@ -445,7 +453,11 @@ class RedisEventBus:
         session_id = events[0].session_id
         if any(e.session_id != session_id for e in events):
             raise ValueError("publish_many takes the events of one session")
-        keys = [self.keys.events(session_id), self.keys.channel(session_id)]
+        keys = [
+            self.keys.events(session_id),
+            self.keys.channel(session_id),
+            self.keys.once(session_id, once_key_id()),
+        ]
         args: list[Any] = [self.maxlen, self.ttl_seconds, "", "", "", 0]
         record = guard.record if isinstance(guard, ScriptGuard) else guard
         if isinstance(record, PublishGuard):

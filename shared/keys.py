@@ -96,6 +96,11 @@ class Keys:
         delivery is over, and one ``attempt:<n>`` field per POST (``shared/webhooks.py``)."""
         return self._s(session_id, f"webhook:{turn_id}")
 
+    def once(self, session_id: str, call_id: str) -> str:
+        """The reply of one call of a session's script that acts once (``once.lua``),
+        kept a short while for redis-py's resends of the same call."""
+        return self._s(session_id, f"once:{call_id}")
+
     def lease(self, session_id: str) -> str:
         """The session's lease: ``<token>:<owner>`` with a TTL."""
         return self._s(session_id, "lease")

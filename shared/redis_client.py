@@ -11,6 +11,7 @@ follows the cluster when slots move or a replica takes over.
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from typing import Any, cast
 
@@ -19,6 +20,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ClusterDownError, ReadOnlyError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -66,12 +68,45 @@ async def preload_scripts(redis: Redis) -> int:
     return len(_SOURCES)
 
 
+ONCE_TTL_SECONDS = 120
+"""How long a call of a script that acts once (``once.lua``) keeps its reply for a
+repeat. redis-py resends a call at most ``RETRIES`` times, each after at most its
+socket timeout (5 s by default) and a backoff of at most a second: about 36 s from the
+first send to the last. A server paused meanwhile runs every copy when it resumes, the
+first of them keeping the reply, so the window counts from the first run."""
+
+RETRIES = 5
+
+REDIS_OUTAGE: tuple[type[Exception], ...] = (
+    RedisConnectionError,  # also BusyLoadingError: a restarted server loading its data
+    RedisTimeoutError,
+    ReadOnlyError,  # a replica during a failover
+    ClusterDownError,
+    TryAgainError,
+)
+"""The Redis errors that say the server is away for now (restarting, loading, paused,
+failing over), not that the call was wrong: a turn that meets one is not ended but
+left in its running slot, and runs again (docs/architecture.md, "Redis outages")."""
+"""How many times ``resilient_options`` resends a command whose connection broke."""
+
+
+def once_key_id() -> str:
+    """A fresh name for one call of a script that acts once (``Keys.once``): each
+    call has its own, and redis-py's resends of it carry the same one."""
+    return os.urandom(8).hex()
+
+
 def resilient_options() -> dict[str, Any]:
     """Client options: a command whose connection broke (Redis restarted, a pooled
     socket went stale) is retried on a fresh connection, with jittered backoff up
-    to about two seconds in all, before the error reaches the caller."""
+    to about two seconds in all, before the error reaches the caller.
+
+    A resent command may have run already (its reply was lost with the connection),
+    so every script that publishes or pushes is safe to run twice: it acts once per
+    call (``once.lua``), or its second run changes nothing (docs/architecture.md,
+    "Redis outages")."""
     return {
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=RETRIES),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "health_check_interval": 30,
     }

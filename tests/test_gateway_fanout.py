@@ -17,7 +17,7 @@ from reactq.producer.gateway_sse import event_stream
 from reactq.shared.bus import RedisEventBus
 from reactq.shared.events import ThoughtEvent
 from reactq.shared.keys import Keys
-from reactq.shared.redis_client import lua_source
+from reactq.shared.redis_client import lua_join, lua_source, once_key_id
 from tests.helpers import wait_until
 
 
@@ -111,10 +111,15 @@ async def test_a_slow_client_is_cut_off_not_buffered_forever(
 async def _publish_burst(redis: Redis, keys: Keys, events: list[ThoughtEvent]) -> None:
     """Publish with the bus's own script, all in one round trip: the fan-out's socket
     gets them back to back."""
-    script = redis.register_script(lua_source("reactq.shared.bus", "bus_append", "bus_publish"))
+    source = lua_join(
+        lua_source("reactq.shared.redis_client", "once"),
+        lua_source("reactq.shared.bus", "bus_append", "bus_publish"),
+    )
+    script = redis.register_script(source)
     pipe = redis.pipeline(transaction=False)
     for event in events:
-        keys_ = [keys.events(event.session_id), keys.channel(event.session_id)]
+        sid = event.session_id
+        keys_ = [keys.events(sid), keys.channel(sid), keys.once(sid, once_key_id())]
         payload = event.model_dump_json(exclude={"id"})
         await script(keys=keys_, args=[10_000, 60, payload], client=pipe)
     await pipe.execute()

@@ -37,10 +37,16 @@ from reactq.shared.protocol.outcomes import (
     SubmitOutcome,
     SubmitStatus,
 )
-from reactq.shared.redis_client import lua_join, lua_source, text
+from reactq.shared.redis_client import lua_join, lua_source, once_key_id, text
 from reactq.shared.turns import MultitaskStrategy, TurnRequest, TurnStatus, validate_turn_id
 
-_SUBMIT = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_submit")
+# A resent call acts once (once.lua): every script here that pushes, claims or
+# publishes; the others (has_work, finish, give_back's guard) change nothing a
+# second time, or nothing that matters.
+_ONCE = lua_source("reactq.shared.redis_client", "once")
+_SUBMIT = lua_join(
+    _ONCE, lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_submit")
+)
 _CLAIM = lua_source(
     __name__, "now_ms", "running_slot", "approval_hold", "claim_next", "queue_claim"
 )
@@ -58,28 +64,34 @@ _STEP = (
     "queue_step",
 )
 """The preludes of a drain's step between turns (queue_step.lua's function)."""
-_NEXT = lua_source(__name__, *_STEP, "queue_next")
+_NEXT = lua_join(_ONCE, lua_source(__name__, *_STEP, "queue_next"))
 # The same step with a turn's final: its status written as bus_publish_many.lua's
 # guard writes it (fenced_hset), its events appended by bus_append.lua's function.
 _NEXT_FINAL = lua_join(
     lua_source(__name__, *_STEP, "fenced_hset"),
+    _ONCE,
     lua_source("reactq.shared.bus", "bus_append"),
     lua_source(__name__, "queue_next_final"),
 )
-_TAKE = lua_source(
-    __name__,
-    "now_ms",
-    "running_slot",
-    "approval_hold",
-    "deadlines",
-    "claim_next",
-    "lease_token",
-    "lease_free",
-    "lease_take",
-    "queue_take",
+_TAKE = lua_join(
+    _ONCE,
+    lua_source(
+        __name__,
+        "now_ms",
+        "running_slot",
+        "approval_hold",
+        "deadlines",
+        "claim_next",
+        "lease_token",
+        "lease_free",
+        "lease_take",
+        "queue_take",
+    ),
 )
 _GIVE_BACK = lua_source(__name__, "running_slot", "queue_give_back")
-_CANCEL = lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_cancel")
+_CANCEL = lua_join(
+    _ONCE, lua_source(__name__, "now_ms", "running_slot", "deadlines", "queue_cancel")
+)
 
 
 class SessionQueue:
@@ -125,6 +137,7 @@ class SessionQueue:
                 k.turns(sid),
                 k.lease_deadlines(sid),
                 k.cancel_prefix(sid),
+                k.once(sid, once_key_id()),
             ],
             args=[
                 turn.agent,
@@ -181,6 +194,7 @@ class SessionQueue:
                 k.lease(session_id),
                 k.fence(session_id),
                 k.lease_deadlines(session_id),
+                k.once(session_id, once_key_id()),
             ],
             args=[session_id, lease.ttl_ms, lease.owner],
         )
@@ -223,6 +237,7 @@ class SessionQueue:
                 k.steps(session_id),
                 k.lease(session_id),
                 k.lease_deadlines(session_id),
+                k.once(session_id, once_key_id()),
             ],
             args=[session_id, turn_id, str(status), self.meta_ttl, str(token)],
         )
@@ -265,6 +280,7 @@ class SessionQueue:
                 k.approvals_index(session_id),
                 k.lease_deadlines(session_id),
                 k.steps(session_id),
+                k.once(session_id, once_key_id()),
             ],
             args=[turn_id, self.cancel_ttl, session_id, self.grace_ms],
         )
@@ -333,7 +349,8 @@ class _FinalStep(ScriptGuard):
         lease moved on (nothing done)."""
         k, sid = self._queue.keys, self._session_id
         result = await self._queue._next_final(
-            # The stream's, the lease's and the status's keys (``keys``), then the step's.
+            # The stream's, the call's (once.lua), the lease's and the status's keys
+            # (``keys``), then the step's.
             keys=[
                 *keys,
                 k.running(sid),

@@ -1,18 +1,22 @@
 -- Cancel a turn: drop it from pending, end it if it is parked waiting for
 -- decisions, or flag it if it runs.
--- Preludes: now_ms, running_slot, deadlines.
+-- A repeat of the call (once.lua) does nothing and returns the first run's reply
+-- (a second run would find a dropped turn gone and say so, and its final be lost).
+-- Preludes: now_ms, running_slot, deadlines, once.
 -- KEYS: pending, running, turns, cancel_flag, approvals, approvals index, deadlines,
--- steps
+-- steps, once
 -- ARGV: turn_id, ttl_s, session id, dispatch grace ms
 -- Returns {outcome, status}: the outcome is a CancelOutcome value (outcomes.py),
 -- the status the turn's after the call ('' when unknown).
+local seen, reply = once_seen(KEYS[9])
+if seen then return reply end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 for _, item in ipairs(items) do
   local ok, decoded = pcall(cjson.decode, item)
   if ok and type(decoded) == 'table' and decoded['turn_id'] == ARGV[1] then
     redis.call('LREM', KEYS[1], 1, item)
     redis.call('HSET', KEYS[3], ARGV[1], 'cancelled')
-    return {'cancelled', 'cancelled'}
+    return once_keep(KEYS[9], {'cancelled', 'cancelled'})
   end
 end
 local current = redis.call('GET', KEYS[2])
@@ -32,12 +36,12 @@ if current then
       else
         deadline_clear(KEYS[7], ARGV[3])
       end
-      return {'cancelled', 'cancelled'}
+      return once_keep(KEYS[9], {'cancelled', 'cancelled'})
     end
     redis.call('SET', KEYS[4], 'cancel', 'EX', tonumber(ARGV[2]))
-    return {'cancelling', 'running'}
+    return once_keep(KEYS[9], {'cancelling', 'running'})
   end
 end
 local status = redis.call('HGET', KEYS[3], ARGV[1])
-if status then return {'already_finished', status} end
-return {'unknown', ''}
+if status then return once_keep(KEYS[9], {'already_finished', status}) end
+return once_keep(KEYS[9], {'unknown', ''})
