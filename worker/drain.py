@@ -50,6 +50,7 @@ from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.redis_client import REDIS_OUTAGE
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
 from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
@@ -394,11 +395,17 @@ class Drainer:
                 # The store had the turn already: it ended with what was committed.
                 log.warning("session %s: turn %s was committed already", sid, turn.turn_id)
                 return None
-            # Otherwise end the turn visibly rather than leave it stuck in running.
+            if isinstance(exc, REDIS_OUTAGE):
+                # Not the turn's end: it stays in the running slot, and the next holder
+                # (the reaper dispatches it) runs it again from its checkpoint.
+                log.warning("session %s: turn %s met a Redis outage (%r)", sid, turn.turn_id, exc)
+                raise
+            # Otherwise end the turn visibly rather than leave it stuck in running. It
+            # leaves the slot only once its final is out: if the final cannot go out,
+            # the turn stays there for the next holder.
             log.exception("session %s: turn %s failed in the worker", sid, turn.turn_id)
-            with contextlib.suppress(Exception):
-                message = f"the worker failed: {exc!r}"[:500]
-                await self._fail(emitter, Failure.WORKER_ERROR, message)
+            message = f"the worker failed: {exc!r}"[:500]
+            await self._fail(emitter, Failure.WORKER_ERROR, message)
             await self.queue.finish(sid, turn.turn_id, TurnStatus.ERROR)
             return None
         if status is None:
@@ -692,10 +699,23 @@ class Drainer:
             log.exception("session %s: audit log: could not backfill turn %s", sid, turn_id)
 
     async def _already_committed(self, sid: str, turn_id: str, emitter: TurnEmitter) -> bool:
-        """A re-issued turn whose previous holder died after committing it is done."""
+        """A re-issued turn whose previous holder died after committing it is done; so
+        is one whose final is out already (its holder could not finish it after)."""
         record = await self.store.get_turn(turn_id)
         if record is None:
-            return False
+            final = next(
+                (
+                    e
+                    for e in await self.bus.read(sid, after="0")
+                    if isinstance(e, FinalEvent) and e.turn_id == turn_id
+                ),
+                None,
+            )
+            if final is None:
+                return False
+            await self._ended(final)
+            await self.queue.finish(sid, turn_id, final.status)
+            return True
         if await endings.committed(emitter, record) is None:
             # The dead holder published the final; it may have died before it
             # enqueued the webhook (a delivery enqueued already is not sent again).

@@ -19,6 +19,7 @@ from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import ReactqError, StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.approvals import Decision
+from reactq.shared.redis_client import REDIS_OUTAGE
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.config import (
     DEFAULT_BUDGET_MESSAGE,
@@ -195,7 +196,8 @@ class AgentLoop:
         checkpoint: the reply of a step before its tools run, and the step once
         its results are in (``step`` counts the completed steps; ``messages`` are
         all of the run's new messages so far). A StaleLeaseError or
-        TurnCommittedError from it ends the run by propagating.
+        TurnCommittedError from it ends the run by propagating, and so does a Redis
+        outage (``REDIS_OUTAGE``: the turn is not over, it runs again).
 
         ``decisions`` (call id -> a person's Decision) says the run may wait for
         people: a call that needs approval and has no decision ends the run with
@@ -212,6 +214,8 @@ class AgentLoop:
             return result
         except (asyncio.CancelledError, StaleLeaseError, TurnCommittedError, AwaitingApproval):
             raise
+        except REDIS_OUTAGE:
+            raise  # the pool runs the turn again from its checkpoint: no error result
         except Exception as exc:  # the bus, a bug: the turn still ends cleanly
             error = (
                 exc

@@ -3,9 +3,11 @@
 Every turn ends with exactly one ``final`` event, emitted after the commit, so a
 subscriber that sees ``final`` can read the committed history. The exceptions are
 a lost lease (``StaleLeaseError`` at commit): the new lease holder owns the turn
-now, and a turn committed already (``TurnCommittedError``: the store keeps a
-turn's first commit only): its final is the committed one. Either way this worker
-re-raises and emits nothing more.
+now, a Redis outage (``REDIS_OUTAGE``: the pool runs the turn again, from its
+checkpoint), and a turn committed already (``TurnCommittedError``: the store keeps a
+turn's first commit only): its final is the committed one. Each time this worker
+re-raises and emits nothing more. An error final's apology
+(``error_fallback_message``) is never committed as a message of the conversation.
 
 A cancelled turn (``cancel=`` fired) commits nothing: its ``final`` has status
 ``cancelled`` and the session's history is as it was before the turn.
@@ -39,6 +41,7 @@ from reactq.shared.events import ErrorEvent, FileChangeEvent, FinalEvent
 from reactq.shared.file_undo import describe_changes, discard_turn_files
 from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.approvals import Decision
+from reactq.shared.redis_client import REDIS_OUTAGE
 from reactq.shared.state.base import StateStore, StepStore, TurnCheckpoint, TurnRecord
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
@@ -288,6 +291,10 @@ class AgentRunner:
                 **_RecordFields(metadata, version, result.usage, result.cost).fields(),
             )
             summary = [result.summary] if result.summary is not None else []
+            if result.status in _APOLOGIES and produced and produced[-1].content == result.text:
+                # An error final is never stored as a conversation message: a later
+                # turn would replay the apology to the model as the agent's answer.
+                produced = produced[:-1]
             kept = [*summary, user, *produced]
             if result.status is TurnStatus.BLOCKED and not result.messages:
                 # An input guardrail refused it: the record says so, the conversation
@@ -306,6 +313,8 @@ class AgentRunner:
             code = result.error.code if result.error is not None else None
         except (StaleLeaseError, TurnCommittedError, AwaitingApproval, asyncio.CancelledError):
             raise
+        except REDIS_OUTAGE:
+            raise  # not the turn's end: the pool leaves it in its slot and runs it again
         except Exception as exc:
             error = (
                 exc
@@ -384,6 +393,9 @@ class AgentRunner:
 
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+_APOLOGIES = frozenset({TurnStatus.ERROR, TurnStatus.INVALID_OUTPUT})
+"""The statuses whose final text is the agent's ``error_fallback_message``."""
 
 
 @dataclass(frozen=True)
