@@ -235,7 +235,7 @@ class Drainer:
         except Exception:
             log.error("drain: ignoring a task with an invalid session id %r", session_id)
             return 0
-        ran = 0
+        ran, reseeded = 0, False
         while not self.stopping:
             # The lease and the first turn in one call (``take``); with nothing to
             # claim, the lease was given straight back.
@@ -255,6 +255,9 @@ class Drainer:
                 )
                 ran += held
             except (StaleLeaseError, LeaseLostError) as exc:
+                if not reseeded and await self._reseed(sid, token, exc):
+                    reseeded = True  # once a drain: the next take runs the turn again
+                    continue
                 log.warning("session %s: lease lost (%s); leaving it to the new holder", sid, exc)
                 interrupted = True
             except EvictedError:
@@ -682,6 +685,29 @@ class Drainer:
                 raise EvictedError(f"turn {turn_id} given back on shutdown", turn_id=turn_id)
             raise asyncio.CancelledError
         return task.result()
+
+    async def _reseed(self, sid: str, token: int, exc: Exception) -> bool:
+        """The store refused this lease's token for a newer fence (``newest``) while no
+        other holder exists: Redis lost its data and its counter started again.
+        Re-seed it above the store's fence (``SessionLease.reseed``) so the session
+        recovers on its next take, instead of losing turns until the counter catches
+        up. False when the refusal was a real newer holder's."""
+        newest = exc.details.get("newest") if isinstance(exc, StaleLeaseError) else None
+        if not isinstance(newest, int) or newest <= token:
+            return False
+        try:
+            if not await self.lease.reseed(sid, token, newest):
+                return False
+        except RedisError:
+            return False
+        log.warning(
+            "session %s: the lease counter (token %d) was behind the state store's fence "
+            "%d (Redis lost its data?); re-seeded it above the fence",
+            sid,
+            token,
+            newest,
+        )
+        return True
 
     async def _still_holds(self, sid: str, token: int) -> bool:
         try:

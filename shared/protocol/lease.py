@@ -23,6 +23,7 @@ from reactq.shared.redis_client import lua_source, text
 _ACQUIRE = lua_source(__name__, "now_ms", "deadlines", "lease_take", "lease_acquire")
 _RENEW = lua_source(__name__, "now_ms", "deadlines", "lease_renew")
 _RELEASE = lua_source(__name__, "deadlines", "lease_token", "lease_free", "lease_release")
+_RESEED = lua_source(__name__, "lease_token", "running_slot", "lease_reseed")
 
 
 class SessionLease:
@@ -46,6 +47,7 @@ class SessionLease:
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
+        self._reseed = redis.register_script(_RESEED)
 
     async def acquire(self, session_id: str) -> int | None:
         """Take the session's lease: its new fencing token, or None if someone holds it.
@@ -83,6 +85,22 @@ class SessionLease:
             args=[str(token), session_id],
         )
         return bool(released)
+
+    async def reseed(self, session_id: str, token: int, store_fence: int) -> bool:
+        """The state store refused ``token`` for its newer ``store_fence``, and no
+        newer holder exists: Redis lost its data and the counter started again. Set
+        the counter to ``store_fence``, give the lease up and the running turn back
+        (uncharged), so the next take's token is accepted; False (nothing done) when
+        ``token`` no longer holds the lease or the counter gave a newer one."""
+        reseeded = await self._reseed(
+            keys=[
+                self.keys.lease(session_id),
+                self.keys.fence(session_id),
+                self.keys.running(session_id),
+            ],
+            args=[str(token), str(store_fence)],
+        )
+        return bool(reseeded)
 
     async def holder(self, session_id: str) -> tuple[int, str] | None:
         """The current holder's (token, owner), or None if the lease is free."""
