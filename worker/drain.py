@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import logging
@@ -40,6 +41,7 @@ from reactq.shared.events import (
     FinalEvent,
     StartedEvent,
 )
+from reactq.shared.logs import log_context
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, Decision, WaitingCall
 from reactq.shared.protocol.children import DELEGATION_METADATA, ChildLink, Children
@@ -224,9 +226,29 @@ class Drainer:
         if self.redispatch is not None:
             await self.redispatch(session_id, agent)
         else:
-            task = asyncio.ensure_future(self.drain(session_id))
+            # In a context of its own: the caller's (a parent turn's, the reaper's)
+            # would label the drain's log lines with another session and turn.
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(self._drain_here(session_id), context=contextvars.Context())
             self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            task.add_done_callback(functools.partial(self._drained, session_id))
+
+    async def _drain_here(self, session_id: str) -> int:
+        with log_context(session_id=session_id):
+            return await self.drain(session_id)
+
+    def _drained(self, session_id: str, task: asyncio.Future[int]) -> None:
+        """A drain this process started itself ended: its failure is logged here, since
+        nobody awaits it (it was "never retrieved")."""
+        self._background.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error(
+                "session %s: a drain failed: %r",
+                session_id,
+                exc,
+                exc_info=exc,
+                extra={"session_id": session_id},
+            )
 
     async def drain(self, session_id: object) -> int:
         """Run the session's pending turns if no other worker holds it; return how many."""
@@ -651,10 +673,7 @@ class Drainer:
                         ) from exc
                     log.warning("session %s: lease renewal failed (%s); retrying", sid, exc)
         finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await _stop(task)
 
     async def _poll_cancel_flags(self, sid: str) -> None:
         """The fallback for a missed control notice: read the flag of our turn."""
@@ -674,10 +693,7 @@ class Drainer:
         try:
             await asyncio.wait({task})
         finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await _stop(task)
         if task.cancelled():
             if entry.evicted:
                 with contextlib.suppress(RedisError):
@@ -785,6 +801,28 @@ class Drainer:
             text = f"the turn payload is malformed: {exc}"
             await self._ended(await self._fail(emitter, Failure.INVALID_TURN, text))
         await self.queue.finish(sid, claimed.turn_id, TurnStatus.ERROR)
+
+
+async def _stop(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` until it ends; its outcome is retrieved (once the lease is lost
+    its error is nobody's). Cancelled again: on Python 3.11 a cancel that lands as
+    redis-py sends a command is swallowed (asyncio.wait_for), and a turn whose lease
+    was lost ran on, to fail later as "never retrieved"."""
+    task.add_done_callback(_retrieve)
+    stopped = False  # this task was cancelled too: it ends once ``task`` has
+    while not task.done():
+        task.cancel()
+        try:
+            await asyncio.wait({task}, timeout=0.1)
+        except asyncio.CancelledError:
+            stopped = True
+    if stopped:
+        raise asyncio.CancelledError
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _arguments(raw: str) -> Any:
