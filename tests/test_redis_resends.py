@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from reactq.shared.bus import PublishGuard, RedisEventBus, TurnEmitter
 from reactq.shared.events import FinalEvent, StartedEvent, UsageEvent
 from reactq.shared.keys import Keys
+from reactq.shared.protocol.approvals import Approvals, WaitingCall
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
@@ -141,3 +142,23 @@ async def test_a_resent_take_hands_the_lease_and_the_turn_out_once(
     assert taken is not None and isinstance(taken[1], ClaimedTurn)
     assert (taken[1].turn_id, taken[1].attempt) == (turn.turn_id, 1)
     assert await lease.holds(session, taken[0])
+
+
+async def test_a_resent_decision_is_not_its_own_conflict(
+    rig: tuple[Redis, ReplyDrops, Keys],
+) -> None:
+    """A second run of a decision would find the decision its first run recorded and
+    refuse it as a conflict, and the decider would never hear the turn is ready."""
+    client, drops, keys = rig
+    queue, session = SessionQueue(client, keys), sid()
+    approvals = Approvals(client, keys)
+    lease = SessionLease(client, keys, ttl_seconds=30, owner="w")
+    turn = TurnRequest(session_id=session, agent="a", message="hi")
+    await queue.submit(turn)
+    assert await queue.take(session, lease) is not None
+    call = WaitingCall("c1", "delete", {"path": "x"})
+    assert await approvals.park(session, turn.turn_id, [call], 60) is not None
+    drops.arm(names_key(":approvals"))
+    outcome = await approvals.decide(session, turn.turn_id, {"c1": (True, None)}, "ann")
+    assert drops.dropped == 1
+    assert outcome.ready and [d.by for d in outcome.decided] == ["ann"]

@@ -42,7 +42,7 @@ from reactq.shared.errors import (
     DecisionConflictError,
 )
 from reactq.shared.keys import Keys
-from reactq.shared.redis_client import lua_source, text
+from reactq.shared.redis_client import lua_join, lua_source, once_key_id, text
 
 __all__ = [
     "NO_DECISION_IN_TIME",
@@ -60,7 +60,11 @@ TIMEOUT_DECIDER = "reactq:timeout"
 """``by`` of such a denial."""
 
 _PARK = lua_source(__name__, "now_ms", "running_slot", "approval_park")
-_DECIDE = lua_source(__name__, "now_ms", "deadlines", "approval_decide")
+# A resent decision acts once (once.lua).
+_DECIDE = lua_join(
+    lua_source("reactq.shared.redis_client", "once"),
+    lua_source(__name__, "now_ms", "deadlines", "approval_decide"),
+)
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,7 @@ class Approvals:
                     k.turns(session_id),
                     k.approvals_index(session_id),
                     k.lease_deadlines(session_id),
+                    k.once(session_id, once_key_id()),
                 ],
                 args=[
                     turn_id,
