@@ -87,6 +87,11 @@ def render(event: Event, *, show_session: bool = False, show_turn: bool = False)
                 f"context    {event.context_percent}% of {event.context_window:,} tokens "
                 f"({event.context_tokens or 0:,} in the request)"
             )
+        case "turns_left_out":
+            line = (
+                f"context    left out the {len(event.turn_ids)} oldest turns (messages "
+                f"{event.from_sequence}-{event.up_to_sequence}): no summary, {event.reason}"
+            )
         case "subagent":
             # A child turn's progress, indented by its depth: the tree reads top down.
             status = f" [{event.status}]" if event.status else ""

@@ -116,6 +116,7 @@ from reactq.shared.events import (
     ThoughtEvent,
     TodosEvent,
     ToolFailedEvent,
+    TurnsLeftOutEvent,
     UsageEvent,
     parse_event,
 )
@@ -267,6 +268,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ModelFallbackEvent",
     "RateLimitedEvent",
     "CompactedEvent",
+    "TurnsLeftOutEvent",
     "GuardrailEvent",
     "ErrorEvent",
     "ApprovalRequestedEvent",

@@ -232,6 +232,30 @@ class CompactedEvent(BaseEvent):
     """The model that wrote the summary."""
 
 
+class TurnsLeftOutEvent(BaseEvent):
+    """No summary could be written (the summary call failed), so the oldest whole turns
+    were left out of this turn's requests: they stay in the history, and a later turn
+    summarises them once the summary call works again."""
+
+    type: Literal["turns_left_out"] = "turns_left_out"
+    turn_ids: list[str] = Field(default_factory=list)
+    """The turns left out, oldest first (each with its message, steps and answer)."""
+    messages: int
+    """How many messages they hold (an earlier summary is never left out)."""
+    from_sequence: int
+    """The first message of the branch left out."""
+    up_to_sequence: int
+    """The last one (messages from_sequence..up_to_sequence)."""
+    tokens_before: int
+    """The request's estimated tokens with them."""
+    tokens_after: int
+    """Its estimated tokens without them (under the policy's ``compact_at`` when it can)."""
+    reason: str
+    """Why no summary stands for them: the summary call's error code."""
+    model: str
+    """The model the summary was asked of."""
+
+
 class GuardrailEvent(BaseEvent):
     """One guardrail's verdict on the turn's input or its final answer."""
 
@@ -352,6 +376,7 @@ Event = Annotated[
     | TodosEvent
     | UsageEvent
     | CompactedEvent
+    | TurnsLeftOutEvent
     | GuardrailEvent
     | ErrorEvent
     | ApprovalRequestedEvent

@@ -8,6 +8,11 @@ which uvicorn gives handlers of their own, are made to propagate to it; pass
 the handler, not on a logger: a logger's filters do not see records propagated
 from its children, a handler's do.
 
+A query parameter named like a key or a token (``?key=``, ``api_key=``,
+``access_token=``) is redacted wherever it shows, uvicorn's access line included.
+JSON lines carry no terminal colour codes in any field, and never uvicorn's
+``color_message`` (its message again, coloured for a terminal).
+
 Structured fields come from ``extra=`` on a log call (``session_id``,
 ``turn_id``, ``attempt``, ``duration_s``, ``status``...) and from the log
 context (``log_context(session_id=...)``), which follows a task across awaits.
@@ -51,6 +56,13 @@ _PATTERNS = [
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
     # A password in a URL: scheme://user:password@host.
     (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), r"\1" + REDACTED + "@"),
+    # A query parameter that names a key or a token: ?key=, &api_key=, &access_token=.
+    (
+        re.compile(
+            r"(?i)([?&][A-Za-z0-9_.-]*(?:key|token|secret|password|passwd|auth)=)[^&\s'\"#]+"
+        ),
+        None,
+    ),
     # key=value / "api_key": "value" spellings.
     (
         re.compile(
@@ -62,8 +74,17 @@ _PATTERNS = [
 ]
 
 # What each of _PATTERNS needs to match somewhere in the text: one search that
-# finds none of it spares a line the five substitutions (most lines, at a turn's pace).
-_CANDIDATE = re.compile(r"(?i)authorization|bearer|basic|sk-|://|api[_-]?key|password|secret|token")
+# finds none of it spares a line the substitutions (most lines, at a turn's pace).
+_CANDIDATE = re.compile(
+    r"(?i)authorization|bearer|basic|sk-|://|api[_-]?key|password|secret|token|[?&][^=\s]*="
+)
+
+# Terminal colour codes (uvicorn's ``color_message``, a library's coloured text): a log
+# line is read by machines and in files, where they are noise.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+# Record attributes that only restate the message for a terminal: never written.
+_PRESENTATION = frozenset({"color_message"})
 
 # Environment variables whose values are secrets by their name.
 _SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL)")
@@ -72,6 +93,7 @@ _SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL
 _STANDARD = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
     | {"message", "asctime", "taskName"}
+    | _PRESENTATION
 )
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -100,6 +122,10 @@ def secrets_of(settings: Settings | None, environ: dict[str, str] | None = None)
         for key in (settings.openai_api_key, settings.api_key, *settings.api_keys):
             if key is not None:
                 found.add(key.get_secret_value())
+        for entry in settings.api_keys:
+            # ``name:key;scopes``: the key alone is what a request carries.
+            head = entry.get_secret_value().strip().partition(";")[0]
+            found.add(head.partition(":")[2] or head)
         if settings.flower_auth is not None:
             for pair in settings.flower_auth.get_secret_value().split(","):
                 found.add(pair.strip())
@@ -204,7 +230,18 @@ class JsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             out["exc"] = record.exc_text
-        return json.dumps(out, default=str, ensure_ascii=False)
+        return json.dumps(_plain(out), default=lambda o: _plain(str(o)), ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with terminal colour codes taken out of every string in it."""
+    if isinstance(value, str):
+        return _ANSI.sub("", value) if "\x1b" in value else value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 class _TextFormatter(logging.Formatter):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from reactq.shared.errors import ContextLengthExceededError
+from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.worker.agent.config import LoopConfig
-from reactq.worker.agent.context_policy import ContextPolicy, fit_request
+from reactq.worker.agent.context_policy import ContextPolicy, fit_request, leave_out
 from reactq.worker.agent.windows import DEFAULT_CONTEXT_WINDOW, TokenCounter, context_window_for
 
 
@@ -72,3 +73,32 @@ def test_the_loop_config_checks_the_window_and_the_policy() -> None:
         LoopConfig(context_window=10)
     with pytest.raises(ValueError, match="context_policy"):
         LoopConfig(context_policy={"compact_at": 0.5})  # type: ignore[arg-type]
+
+
+def _turn(first: int, turn_id: str, *, tool: bool = False) -> list[ChatMessage]:
+    """A stored turn from sequence ``first``: its message, a tool step if asked, the answer."""
+    messages = [ChatMessage(role="user", content=f"q {turn_id}", turn_id=turn_id)]
+    if tool:
+        call = ToolCall(id=f"c{first}", name="lookup", arguments="{}")
+        messages += [
+            ChatMessage(role="assistant", tool_calls=[call], turn_id=turn_id),
+            ChatMessage(role="tool", content="r", tool_call_id=call.id, turn_id=turn_id),
+        ]
+    messages.append(ChatMessage(role="assistant", content="a", turn_id=turn_id))
+    return [m.model_copy(update={"sequence": first + i}) for i, m in enumerate(messages)]
+
+
+def test_leaving_out_takes_whole_turns_from_the_oldest_and_keeps_a_summary() -> None:
+    summary = ChatMessage(role="user", content="[Summary]", summary_of=4, sequence=5)
+    history = [summary, *_turn(6, "t1", tool=True), *_turn(10, "t2"), *_turn(12, "t3")]
+    sizes = [10] * len(history)
+    cut = leave_out(history, sizes, 15)  # more than t1's first message: all of t1
+    assert cut is not None and cut.turn_ids == ["t1"]
+    assert [m.sequence for m in cut.left_out] == [6, 7, 8, 9]  # the call with its result
+    assert cut.kept == [summary, *history[5:]]
+    cut = leave_out(history, sizes, 45)
+    assert cut is not None and cut.turn_ids == ["t1", "t2"]
+    everything = leave_out(history, sizes, 10_000)  # not enough: every earlier turn
+    assert everything is not None and everything.kept == [summary]
+    assert leave_out(history, sizes, 0) is None
+    assert leave_out([summary], [10], 50) is None  # a summary alone is never left out

@@ -102,6 +102,37 @@ def test_known_secrets_and_credential_shapes_are_redacted(
     assert "redis://user:[REDACTED]@redis:6379/0" in text
 
 
+def test_json_lines_drop_colour_codes_and_uvicorns_color_message(
+    captured: tuple[io.StringIO, object],
+) -> None:
+    buffer, _ = captured
+    logging.getLogger("uvicorn.error").info(
+        "Uvicorn running on %s",
+        "http://x",
+        extra={"color_message": "Uvicorn running on \x1b[1m%s\x1b[0m", "where": "\x1b[31mred"},
+    )
+    logging.getLogger("reactq.test").info("a \x1b[32mgreen\x1b[0m word")
+    running, green = _lines(buffer)
+    assert "color_message" not in running and running["where"] == "red"
+    assert running["message"] == "Uvicorn running on http://x"
+    assert green["message"] == "a green word"
+    assert "\x1b" not in buffer.getvalue() and "\\u001b" not in buffer.getvalue()
+
+
+def test_query_parameters_naming_keys_or_tokens_are_redacted() -> None:
+    text = RedactingFilter().redact(
+        "GET /v1/x?key=k1k1k1k1&API_KEY=a2a2&access_token=t3t3&sort=new&after=0-1#f"
+    )
+    assert text == (
+        f"GET /v1/x?key={REDACTED}&API_KEY={REDACTED}&access_token={REDACTED}&sort=new&after=0-1#f"
+    )
+
+
+def test_a_scoped_keys_own_value_is_a_secret() -> None:
+    settings = Settings.from_env({"REACTQ_API_KEYS": "acme:acme-key-123;prefix=acme-;ro"})
+    assert "acme-key-123" in secrets_of(settings, environ={})
+
+
 def test_secrets_of_reads_secret_settings_and_secret_named_env() -> None:
     settings = Settings.from_env({"REACTQ_FLOWER_AUTH": "ops:flowerpass1"})
     found = secrets_of(settings, {"MY_SERVICE_TOKEN": "tok-123456", "HOME": "/root"})

@@ -119,6 +119,7 @@ PUBLIC = [
     "ModelFallbackEvent",
     "RateLimitedEvent",
     "CompactedEvent",
+    "TurnsLeftOutEvent",
     "GuardrailEvent",
     "ErrorEvent",
     "ApprovalRequestedEvent",

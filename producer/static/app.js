@@ -141,6 +141,9 @@ function render(ev, box) {
       if (!box.classList.contains("past")) { state.todoEvents += 1; showPlan(ev.items); }
       break;
     }
+    case "turns_left_out":
+      line(box, ev, "turns_left_out", "context", `left out the ${ev.turn_ids.length} oldest turns (messages ${ev.from_sequence}-${ev.up_to_sequence}): no summary, ${ev.reason}`);
+      break;
     case "subagent": subagent(box, ev); break;
     case "error": line(box, ev, "error", "error", `${ev.code}: ${ev.message}`); break;
     case "approval_requested": {

@@ -12,6 +12,10 @@ Three steps, each later one only when the earlier ones were not enough:
    store keeps the full history; a turn's read starts at the latest summary
    (``StateStore.begin_turn``) and the model reads from it on (``model_view``), so a
    turn costs the same however long the session is.
+   When no summary can be written (the summary call failed, or answered nothing),
+   the turn **leaves out** its oldest whole turns instead (``leave_out``), until the
+   request is back under ``compact_at``: they stay in the history, a
+   ``turns_left_out`` event names them, and the next turn tries the summary again.
 3. **Refuse**: a request that still does not fit ends the turn with
    ``context_length_exceeded`` naming the largest message and the limit. The
    message stays in the history, and the next turn shrinks or summarises it.
@@ -35,8 +39,10 @@ __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
     "SUMMARY_HEADER",
     "ContextPolicy",
+    "LeftOut",
     "compaction_split",
     "fit_request",
+    "leave_out",
     "model_view",
     "summarise",
     "summary_message",
@@ -133,6 +139,42 @@ def compaction_split(
         return 0
     only_summary = split == 1 and history[0].summary_of is not None
     return 0 if only_summary else split
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """The oldest whole turns a request leaves out when no summary can be written."""
+
+    kept: list[ChatMessage]
+    """The history the request still carries (a leading summary, the newer turns)."""
+    left_out: list[ChatMessage]
+    """The messages left out, oldest first: whole turns, each from its user message on."""
+
+    @property
+    def turn_ids(self) -> list[str]:
+        """The turns left out, oldest first."""
+        return list(dict.fromkeys(m.turn_id for m in self.left_out if m.turn_id is not None))
+
+
+def leave_out(
+    history: Sequence[ChatMessage], wire_chars: Sequence[int], over_chars: int
+) -> LeftOut | None:
+    """The oldest whole turns of ``history`` that take at least ``over_chars`` characters
+    out of the request (every earlier turn when they are not enough), cut where a turn
+    starts, so no tool result loses its call. A leading summary stays: it is all the
+    request has of what came before it. None: nothing to leave out."""
+    start = 1 if history and history[0].summary_of is not None else 0
+    end = start
+    removed = 0
+    for index in range(start + 1, len(history) + 1):
+        removed += wire_chars[index - 1]
+        if index == len(history) or _turn_start(history[index]):
+            end = index
+            if removed >= over_chars:
+                break
+    if over_chars <= 0 or end == start:
+        return None
+    return LeftOut(kept=[*history[:start], *history[end:]], left_out=list(history[start:end]))
 
 
 def _turn_start(message: ChatMessage) -> bool:

@@ -35,6 +35,7 @@ from reactq.shared.events import (
     RateLimitedEvent,
     ReasoningEvent,
     ThoughtEvent,
+    TurnsLeftOutEvent,
     UsageEvent,
 )
 from reactq.shared.messages import ChatMessage, ToolCall
@@ -45,6 +46,7 @@ from reactq.worker.agent.cancel import CancelSignal, RunCancelled
 from reactq.worker.agent.context_policy import (
     compaction_split,
     fit_request,
+    leave_out,
     summarise,
     summary_message,
 )
@@ -694,7 +696,7 @@ class Run:
 
     async def _compact(self, prefix: list[dict[str, Any]], messages: list[ChatMessage]) -> None:
         """Summarise the oldest messages when the turn's request is over the policy's
-        ``compact_at`` (one model call; a failed call leaves the request as it was)."""
+        ``compact_at`` (one model call; when it fails, the oldest turns are left out instead)."""
         loop, policy = self.loop, self.loop.config.context_policy
         assert policy is not None
         model, counter, window = self.models.model, loop.counter, self._window()
@@ -717,17 +719,17 @@ class Run:
             )
             response = await (call if self.cancel is None else self.cancel.guard(call))
         except LLMError as exc:
-            log.warning("the summary call failed (%s); the turn goes on uncompacted", exc.code)
+            await self._leave_out(prefix, messages, sizes, before, exc.code, writer)
             return
         self.sent = (0, 0)  # its request is not one the counter estimated: no calibration
         await self._count(response, writer)
         text = (response.content or "").strip()
         if not text:
+            await self._leave_out(prefix, messages, sizes, before, EmptyResponseError.code, writer)
             return
         self.summary = summary_message(text, upto, self.turn_id)
         kept = [self.summary, *history[split:], messages[-1]]
-        self.wire = [*prefix, *(m.to_openai(reasoning=replay) for m in kept)]
-        self.current = len(prefix) + len(kept) - 1
+        self._rewire(prefix, kept)
         after = counter.count(model, self.wire, loop.tools)
         await self.emitter.emit(
             CompactedEvent,
@@ -737,6 +739,49 @@ class Run:
             tokens_after=after,
             model=writer,
         )
+
+    async def _leave_out(
+        self,
+        prefix: list[dict[str, Any]],
+        messages: list[ChatMessage],
+        sizes: list[int],
+        before: int,
+        reason: str,
+        writer: str,
+    ) -> None:
+        """No summary could be written: leave the oldest whole turns out of the request
+        until it is under ``compact_at`` (they stay in the history), and say so."""
+        loop, policy = self.loop, self.loop.config.context_policy
+        assert policy is not None
+        model, counter = self.models.model, loop.counter
+        limit = int(policy.compact_at * self._window() * counter.ratio(model))
+        cut = leave_out(messages[:-1], sizes, counter.chars(self.wire, loop.tools) - limit)
+        if cut is None:
+            log.warning("the summary call failed (%s); the turn goes on uncompacted", reason)
+            return
+        log.warning(
+            "the summary call failed (%s); the turn leaves out its %d oldest turns",
+            reason,
+            len(cut.turn_ids),
+        )
+        self._rewire(prefix, [*cut.kept, messages[-1]])
+        await self.emitter.emit(
+            TurnsLeftOutEvent,
+            turn_ids=cut.turn_ids,
+            messages=len(cut.left_out),
+            from_sequence=cut.left_out[0].sequence or 0,
+            up_to_sequence=cut.left_out[-1].sequence or 0,
+            tokens_before=before,
+            tokens_after=counter.count(model, self.wire, loop.tools),
+            reason=reason,
+            model=writer,
+        )
+
+    def _rewire(self, prefix: list[dict[str, Any]], kept: list[ChatMessage]) -> None:
+        """The request from ``kept`` on (its last message is the turn's own)."""
+        replay = self.loop.config.replay_reasoning
+        self.wire = [*prefix, *(m.to_openai(reasoning=replay) for m in kept)]
+        self.current = len(prefix) + len(kept) - 1
 
     async def _draw(
         self,
