@@ -7,6 +7,11 @@ a free port. PostgreSQL: ``REACTQ_TEST_POSTGRES_URL`` (default
 database and drops it afterwards. A service that cannot be had skips its tests
 with a reason, or fails them when ``REACTQ_REQUIRE_SERVICES=1`` (as in CI).
 Every run uses its own Redis key namespace and deletes its keys at the end.
+
+Servers a test may break (``tests/fault_servers.py``): ``private_redis``, a
+redis-server with its AOF on a free port, one a test module; ``private_postgres``, a
+PostgreSQL cluster the session starts itself with ``initdb`` / ``pg_ctl`` (as the
+``postgres`` OS user when run as root), one a session.
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ import redis as redis_sync
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import forget_namespace
 from reactq.shared.redis_urls import node_url
+from tests.fault_servers import (
+    PG_HINT,
+    PrivatePostgres,
+    PrivateRedis,
+    ServerUnavailable,
+    postgres_bin_dir,
+)
 
 REQUIRE = os.environ.get("REACTQ_REQUIRE_SERVICES") == "1"
 
@@ -303,3 +315,43 @@ def where(request: pytest.FixtureRequest, redis_url: str, namespace: str) -> tup
     if request.param == "cluster":
         return request.getfixturevalue("redis_cluster_url"), Keys(namespace, shards=8)
     return redis_url, Keys(namespace)
+
+
+@pytest.fixture(scope="session")
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this test session's own, which its tests may stop and
+    start (``tests/fault_servers.py``); each test makes its own database in it."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        unavailable(f"no initdb/pg_ctl for a private PostgreSQL: {PG_HINT}")
+    assert bin_dir is not None
+    try:
+        server = PrivatePostgres(bin_dir)
+    except ServerUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        server.init()
+        server.start()
+    except ServerUnavailable as exc:
+        server.close()
+        unavailable(f"a private PostgreSQL did not start: {exc}")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+    """A redis-server of this test module's own, with its AOF, which its tests may
+    restart or pause (``tests/fault_servers.py``)."""
+    workdir = tmp_path_factory.mktemp("private-redis")
+    try:
+        server = PrivateRedis(workdir)
+        server.start()
+    except ServerUnavailable as exc:
+        unavailable(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
