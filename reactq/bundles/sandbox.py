@@ -187,7 +187,12 @@ class Sandbox:
         # A full workspace still runs code (to delete files), but nothing may grow a file.
         free = await asyncio.to_thread(ws.free_bytes)  # also creates the directory
         if self.host_uid is not None:
-            await asyncio.to_thread(hand_over, ws.path, self.host_uid)
+            try:
+                await asyncio.to_thread(hand_over, ws.path, self.host_uid)
+            except OSError as exc:
+                raise SandboxError(
+                    f"the workspace could not be given to uid {self.host_uid}: {exc}"
+                ) from None
         lim = self.limits
         try:
             cgroup = (

@@ -46,13 +46,19 @@ class CgroupParent:
 
     version: int
     dirs: dict[str, Path]
-    """v2: ``{"": parent}``; v1: controller name to its hierarchy's parent directory."""
+    """v2: ``{"": parent}``; v1: controller name to its hierarchy's parent directory (one
+    directory for controllers mounted together, as ``cpu,cpuacct``)."""
+
+    def unique(self) -> list[Path]:
+        """Each directory once."""
+        return list(dict.fromkeys(self.dirs.values()))
+
     swap_off: bool
     """Whether swap is counted against the memory limit (else the run may use swap too)."""
 
     def describe(self) -> str:
         """For the start-up log."""
-        where = ", ".join(sorted({str(p) for p in self.dirs.values()}))
+        where = ", ".join(map(str, self.unique()))
         swap = "swap off" if self.swap_off else "swap NOT accounted by this kernel"
         return f"cgroup v{self.version} under {where} ({swap})"
 
@@ -89,11 +95,11 @@ def _under(mount: Path, mount_root: str, path: str) -> Path:
     return mount / relative if relative != "." else mount
 
 
-def _try_child(dirs: dict[str, Path]) -> None:
+def _try_child(dirs: list[Path]) -> None:
     """Make and remove a child in each directory: OSError when it cannot be done."""
     made: list[Path] = []
     try:
-        for parent in dirs.values():
+        for parent in dirs:
             child = parent / f"reactq-probe-{secrets.token_hex(4)}"
             child.mkdir()
             made.append(child)
@@ -119,7 +125,7 @@ def _probe_v2(setting: str) -> CgroupParent:
             raise
         _leave_for_a_leaf(parent)
         _enable(parent)
-    _try_child({"": parent})
+    _try_child([parent])
     return CgroupParent(2, {"": parent}, swap_off=(parent / "memory.swap.max").exists())
 
 
@@ -137,11 +143,12 @@ def _leave_for_a_leaf(parent: Path) -> None:
     for _ in range(10):  # processes forked meanwhile land in parent: go round again
         pids = (parent / "cgroup.procs").read_text().split()
         if not pids:
+            log.info("moved the worker's processes into the cgroup %s", leaf)
             return
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 (leaf / "cgroup.procs").write_text(pid)
-    log.info("moved the worker's processes into the cgroup %s", leaf)
+    raise OSError(errno.EBUSY, f"processes keep arriving in {parent}")
 
 
 def _probe_v1(setting: str) -> CgroupParent:
@@ -151,7 +158,7 @@ def _probe_v1(setting: str) -> CgroupParent:
     if missing:
         raise OSError(errno.ENOENT, f"no cgroup v1 hierarchy for {', '.join(missing)}")
     dirs = {c: _under(mounts[c][0], mounts[c][1], setting or own[c]) for c in _V1}
-    _try_child(dirs)
+    _try_child(list(dict.fromkeys(dirs.values())))
     swap_off = (dirs["memory"] / "memory.memsw.limit_in_bytes").exists()
     return CgroupParent(1, dirs, swap_off=swap_off)
 
@@ -177,6 +184,7 @@ class RunCgroup:
         self.parent = parent
         name = f"reactq-run-{secrets.token_hex(6)}"
         self.dirs = {c: d / name for c, d in parent.dirs.items()}
+        self.unique = [d / name for d in parent.unique()]
         quota = max(1000, int(cpus * _PERIOD_US))
         if parent.version == 1:
             writes = [
@@ -197,7 +205,7 @@ class RunCgroup:
                 ("cpu", "cpu.max", f"{quota} {_PERIOD_US}"),
             ]
         try:
-            for path in self.dirs.values():
+            for path in self.unique:
                 path.mkdir()
             for controller, name, value in writes:
                 if value:
@@ -212,7 +220,7 @@ class RunCgroup:
     @property
     def procs(self) -> list[Path]:
         """The ``cgroup.procs`` files the run's first process writes its pid to."""
-        return [d / "cgroup.procs" for d in self.dirs.values()]
+        return [d / "cgroup.procs" for d in self.unique]
 
     def _read(self, controller: str, name: str) -> str:
         try:
@@ -252,7 +260,7 @@ class RunCgroup:
 
     def _rmdirs(self) -> bool:
         gone = True
-        for path in self.dirs.values():
+        for path in self.unique:
             try:
                 path.rmdir()
             except FileNotFoundError:
@@ -268,6 +276,4 @@ class RunCgroup:
             if self._rmdirs():
                 return
             await asyncio.sleep(0.05)
-        log.warning(
-            "could not remove the sandbox cgroup %s", ", ".join(map(str, self.dirs.values()))
-        )
+        log.warning("could not remove the sandbox cgroup %s", ", ".join(map(str, self.unique)))

@@ -91,18 +91,15 @@ class CodeRun:
 def _memory_text(lim: SandboxLimits, whole: bool) -> str:
     if whole:
         return (
-            f"memory ({lim.memory_bytes} bytes for the run as a whole, no swap): "
-            "every process was killed"
+            f"memory ({lim.memory_bytes} bytes for the run as a whole, no swap; as much "
+            "address space per process)"
         )
     return f"memory ({lim.memory_bytes} bytes of address space per process)"
 
 
 def _cpu_text(lim: SandboxLimits, whole: bool) -> str:
     if whole:
-        return (
-            f"CPU time ({lim.cpu_seconds} s for the run as a whole, {lim.cpus:g} CPUs at "
-            "most): every process was killed"
-        )
+        return f"CPU time ({lim.cpu_seconds} s for the run as a whole, {lim.cpus:g} CPU at most)"
     return f"CPU time ({lim.cpu_seconds} s per process)"
 
 
