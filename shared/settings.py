@@ -261,6 +261,18 @@ class Settings(BaseModel):
     """How ``run_code`` / ``run_file`` (``reactq.bundles``) run code: ``bwrap`` in a bubblewrap
     sandbox (the tools are left out, with a log line, where it cannot run); ``none`` with the
     worker's own rights, which every call's result then says."""
+    sandbox_cgroup: str | None = Field(None, json_schema_extra={"env": "REACTQ_SANDBOX_CGROUP"})
+    """Cgroup under which each ``run_code`` / ``run_file`` run gets one of its own (memory
+    with swap off, processes and CPU bounded for the run as a whole), named as in
+    ``/proc/self/cgroup`` (cgroup v2: memory, pids and cpu delegated to it); unset: the
+    worker's own; ``off``: none. Without one, limits hold per process only: start-up logs
+    which."""
+    sandbox_uid: int = Field(
+        65534, ge=1, le=2**32 - 2, json_schema_extra={"env": "REACTQ_SANDBOX_UID"}
+    )
+    """Host uid and gid that sandboxed code runs as under a worker running as root (never
+    root); the session's workspace is handed to it before each run. A worker that is not
+    root runs code as its own uid."""
     image_max_bytes: int = Field(
         20 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_IMAGE_MAX_BYTES"}
     )

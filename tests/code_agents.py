@@ -17,7 +17,10 @@ code = Agent(
     name="code",
     model="scripted",
     system_prompt="You write and run code in your workspace.",
-    tools=file_tools() + sandbox_tools(limits=SandboxLimits(wall_seconds=5, max_processes=32)),
+    tools=file_tools()
+    + sandbox_tools(
+        limits=SandboxLimits(wall_seconds=10, memory_bytes=512 << 20, max_processes=32)
+    ),
     tool_mode=ToolMode.NATIVE,
 )
 
@@ -30,13 +33,28 @@ images = Agent(
 )
 
 
+# Six children of 200 MB each: under the address space limit of each, past the run's.
+FORK_AND_ALLOCATE = """
+import os, time
+for i in range(6):
+    if os.fork() == 0:
+        block = b'x' * (200 << 20)
+        time.sleep(8)
+        os._exit(0)
+for _ in range(6):
+    os.wait()
+print('all children done')
+"""
+
+
 def _tool_results(messages: list[Mapping[str, Any]]) -> list[str]:
     return [str(m["content"]) for m in messages if m["role"] == "tool"]
 
 
 def code_script(request: Mapping[str, Any]) -> Reply:
-    """User "bomb": run a fork bomb, then a plain program. Otherwise: write a program,
-    run it; answer with every tool result joined by " || "."""
+    """User "bomb": run a fork bomb, then a plain program; "allocate": forked children that
+    together pass the memory limit, then a plain program. Otherwise: write a program, run
+    it; answer with every tool result joined by " || "."""
     messages = list(request["messages"])
     results = _tool_results(messages[messages.index(_last_user(messages)) :])
     user = str(_last_user(messages)["content"])
@@ -46,6 +64,11 @@ def code_script(request: Mapping[str, Any]) -> Reply:
                 "run_code",
                 {"code": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"},
             ),
+            ("run_code", {"code": "print('the worker is fine')"}),
+        ]
+    elif user == "allocate":
+        steps = [
+            ("run_code", {"code": FORK_AND_ALLOCATE}),
             ("run_code", {"code": "print('the worker is fine')"}),
         ]
     else:

@@ -3,9 +3,13 @@ run that breaks a limit is stopped and leaves the next call working."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +28,15 @@ LIMITS = SandboxLimits(wall_seconds=6, cpu_seconds=3, output_bytes=2000, max_pro
 QUOTA = 3_000_000
 
 
-def _tools(root: Path, sandbox: str = "bwrap", limits: SandboxLimits = LIMITS) -> dict[str, Tool]:
+def _tools(
+    root: Path, sandbox: str = "bwrap", limits: SandboxLimits = LIMITS, cgroup: str | None = None
+) -> dict[str, Tool]:
     settings = Settings.from_env(
-        {}, workspace_root=str(root), workspace_quota_bytes=QUOTA, sandbox=sandbox
+        {},
+        workspace_root=str(root),
+        workspace_quota_bytes=QUOTA,
+        sandbox=sandbox,
+        sandbox_cgroup=cgroup,
     )
     return {t.name: t for t in sandbox_tools(settings, limits=limits)}
 
@@ -46,6 +56,26 @@ def _alive(marker: str) -> list[int]:
         if marker.encode() in cmdline:
             found.append(int(pid))
     return found
+
+
+def _uids(marker: str) -> set[str]:
+    """The ``Uid:`` lines, as the host sees them, of the processes with ``marker``."""
+    found = set()
+    for pid in _alive(marker):
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{pid}/status").read_text()
+            found |= {line for line in status.splitlines() if line.startswith("Uid:")}
+    return found
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A directory the sandbox's uid can reach: pytest's own are its user's alone (0700),
+    and under a root worker the code runs as another uid."""
+    root = Path(tempfile.mkdtemp(prefix="reactq-sandbox-test-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -231,7 +261,7 @@ def test_the_setting_is_checked() -> None:
 
 @needs_bwrap
 @pytest.mark.e2e
-async def test_code_runs_on_a_real_worker_and_a_fork_bomb_leaves_it_working(
+async def test_code_runs_on_a_real_worker_and_a_fork_bomb_or_a_memory_hog_leaves_it_working(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     import asyncio
@@ -256,14 +286,157 @@ async def test_code_runs_on_a_real_worker_and_a_fork_bomb_leaves_it_working(
         session = f"code-{uuid.uuid4().hex[:8]}"
         async with Producer(Settings.from_env(env)) as producer:
             finals = []
-            for message in ("write and run", "bomb", "write and run"):
+            for message in ("write and run", "bomb", "allocate", "write and run"):
                 handle = await producer.submit(session, message, agent="code")
                 finals.append(await asyncio.wait_for(handle.result(timeout=60), 60))
         assert pool.procs[0].poll() is None
-    assert [f.status for f in finals] == ["completed"] * 3, finals
+    assert [f.status for f in finals] == ["completed"] * 4, finals
     assert "[exit code 0;" in finals[0].text and "hello 42" in finals[0].text
     assert (root / session / "hello.py").exists()
     bomb, after = finals[1].text.split(" || ")
     assert "[limit struck: wall time" in bomb
     assert "the worker is fine" in after
-    assert "hello 42" in finals[2].text
+    allocated, after = finals[2].text.split(" || ")
+    assert "[limit struck: memory" in allocated and "as a whole" in allocated, allocated
+    assert "the worker is fine" in after
+    assert "hello 42" in finals[3].text
+
+
+# --- the run bounded as a whole (reactq issue 29) ---------------------------------------
+
+WHOLE = SandboxLimits(
+    wall_seconds=15, cpu_seconds=2, memory_bytes=768 << 20, max_processes=32, output_bytes=2000
+)
+FORK_AND_ALLOCATE = """
+import os, time
+kids = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = b'x' * (500 << 20)
+        print('child', i, 'holds 500 MB', flush=True)
+        time.sleep(4)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print('all children done')
+"""
+
+
+def _mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no MemAvailable in /proc/meminfo")
+
+
+@needs_bwrap
+async def test_forked_children_share_one_memory_limit(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    tools = _tools(tmp_path, limits=WHOLE)
+    before = _mem_available()
+    lowest = before
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal lowest
+        while not done.wait(0.01):
+            lowest = min(lowest, _mem_available())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        out = await asyncio.wait_for(call(tools, "run_code", code=FORK_AND_ALLOCATE), 30)
+    finally:
+        done.set()
+        sampler.join()
+    drop = before - lowest
+    # Slack for the interpreters themselves and for whatever else this machine runs meanwhile.
+    assert drop <= WHOLE.memory_bytes + (384 << 20), f"the host lost {drop >> 20} MiB: {out}"
+    assert "[limit struck: memory" in out and "as a whole" in out, out
+    assert "all children done" not in out
+    assert "after" in await call(tools, "run_code", code="print('after')")
+
+
+BUSY_CHILDREN = """
+import os, time
+for i in range(4):
+    if os.fork() == 0:
+        while True:
+            for _ in range(20000):
+                pass
+            with open(f'cpu{i}.tmp', 'w') as f:
+                f.write(str(time.process_time()))
+            os.replace(f'cpu{i}.tmp', f'cpu{i}')
+for _ in range(4):
+    os.wait()
+"""
+
+
+@needs_bwrap
+async def test_busy_children_share_one_cpu_time_limit(tmp_path: Path) -> None:
+    tools = _tools(tmp_path, limits=WHOLE)
+    out = await call(tools, "run_code", code=BUSY_CHILDREN)
+    used = [float(p.read_text()) for p in (tmp_path / "code-1").glob("cpu[0-9]")]
+    assert len(used) == 4, out
+    # Each child reports its own CPU time; the run's watchdog looks 5 times a second.
+    assert sum(used) <= WHOLE.cpu_seconds + 1.0, f"{used} CPU-s in all: {out}"
+    assert "[limit struck: CPU time" in out and "as a whole" in out, out
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the case of a worker running as root")
+async def test_under_a_root_worker_the_code_is_no_host_root(
+    tools: dict[str, Tool], tmp_path: Path
+) -> None:
+    import asyncio
+
+    # A root-only file in a directory the sandbox binds (/usr, read-only).
+    fd, secret = tempfile.mkstemp(dir="/usr/local/share", prefix="reactq-test-secret-")
+    marker = f"uid-marker-{os.getpid()}"
+    try:
+        os.write(fd, b"root only")
+        os.close(fd)
+        (tmp_path / "code-1").mkdir(exist_ok=True)
+        (tmp_path / "code-1" / "by-the-worker.txt").write_text("worker wrote this\n")
+        code = (
+            f"cat {secret} && echo READ-THE-SECRET\n"
+            "ls /etc/ssl/private && echo LISTED-THE-KEYS\n"
+            "test -e /etc/shadow && echo SHADOW-IS-THERE\n"
+            "test -s /etc/ssl/certs/ca-certificates.crt && echo certificates-are-there\n"
+            "echo appended >> by-the-worker.txt && cat by-the-worker.txt\n"
+            f"python3 -c 'import time; time.sleep(3)' {marker}\n"
+        )
+        run = asyncio.create_task(call(tools, "run_code", language="bash", code=code))
+        uids: set[str] = set()
+        deadline = time.monotonic() + 10
+        while not run.done() and time.monotonic() < deadline and not uids:
+            uids = _uids(marker)
+            await asyncio.sleep(0.05)
+        out = await run
+    finally:
+        os.unlink(secret)
+    assert uids == {"Uid:\t65534\t65534\t65534\t65534"}, (uids, out)
+    assert "READ-THE-SECRET" not in out and "Permission denied" in out, out
+    assert "LISTED-THE-KEYS" not in out and "SHADOW-IS-THERE" not in out, out
+    assert "certificates-are-there" in out, out
+    assert "worker wrote this\nappended" in out, out
+
+
+@needs_bwrap
+async def test_without_a_cgroup_the_log_says_the_limits_hold_per_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for setting, why in (("/no-such-cgroup", "cgroup v"), ("off", "REACTQ_SANDBOX_CGROUP=off")):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="reactq.bundles"):
+            tools = _tools(tmp_path, cgroup=setting)
+        assert "limited PER PROCESS only" in caplog.text and why in caplog.text, caplog.text
+    # Per process, the limits still hold: the code's own uid caps its processes.
+    out = await call(tools, "run_code", language="bash", code=":(){ :|:& };:; sleep 2")
+    assert "[limit struck: processes" in out, out
+    out = await call(tools, "run_code", code="x = bytearray(4 * 1024**3)")
+    assert "[limit struck: memory" in out and "per process" in out, out

@@ -3,16 +3,21 @@
 The code runs under bubblewrap (``bwrap``) with fresh user, PID, network, IPC
 and UTS namespaces: no network at all, ``/usr`` read-only, a small private
 ``/tmp``, and the session's workspace bind-mounted read-write at
-``/workspace`` as the only writable place on disk. Inside, ``prlimit`` caps
-CPU time, address space, processes, file size (the workspace quota's free
-bytes) and open files. From the worker's side the run has a wall-clock limit
-(the whole process group is killed; the PID namespace dies with its first
-process, taking any daemon with it), an output cap (kept head and tail), and a
-watchdog on the workspace's size.
+``/workspace`` as the only writable place on disk; of ``/etc`` only what programs
+need (certificates, not keys). Each run has a cgroup of its own
+(``sandbox_cgroup.py``): memory with swap off, processes and CPU are bounded for
+the run as a whole; where no cgroup can be made the start-up log says so, and
+the limits hold per process only. Inside, ``prlimit`` caps CPU time, address
+space and (without a pids cgroup) processes per process, file size (the
+workspace quota's free bytes) and open files. From the worker's side the run
+has a wall-clock limit (the whole process group is killed; the PID namespace
+dies with its first process, taking any daemon with it), an output cap (kept
+head and tail), and watchdogs on the workspace's size and the run's CPU time.
 
-Linux exempts a real root user from ``RLIMIT_NPROC``, even mapped in a user
-namespace; a worker running as root therefore caps processes with a pids
-cgroup of its own per run, and without one writable the tools are left out.
+Under a worker running as root, bubblewrap itself runs as an unprivileged host
+user (``REACTQ_SANDBOX_UID``, 65534 by default) that owns the session's
+workspace: uid 0 mapped into a user namespace is still root to every file it
+can reach, and Linux exempts it from ``RLIMIT_NPROC``.
 
 Every call is I/O on an asyncio subprocess: the worker's event loop never waits
 on the code. ``REACTQ_SANDBOX=none`` runs the same command without bubblewrap,
@@ -25,19 +30,32 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import shlex
 import shutil
 import signal
-import subprocess
 import time
-from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from reactq.bundles.sandbox_cgroup import CgroupParent, RunCgroup, probe
+from reactq.bundles.sandbox_host import (
+    SEAL,
+    as_user,
+    base_args,
+    code_uid,
+    hand_over,
+    sandbox_problem,
+    unreachable,
+)
+from reactq.bundles.sandbox_result import (
+    CodeRun,
+    Limit,
+    OutputTail,
+    SandboxLimits,
+    limit_in_text,
+)
 from reactq.bundles.workspace import (
     Workspace,
     WorkspaceError,
@@ -45,7 +63,7 @@ from reactq.bundles.workspace import (
     settings_for,
     split_path,
 )
-from reactq.shared.errors import ConfigError, ToolError
+from reactq.shared.errors import ToolError
 from reactq.shared.settings import Settings
 from reactq.worker.agent.tools import Tool, ToolContext
 
@@ -63,11 +81,8 @@ log = logging.getLogger("reactq.bundles")
 MOUNT = "/workspace"
 """Where the session's workspace appears inside the sandbox."""
 _PATH = "/usr/local/bin:/usr/bin:/bin"
-_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 _INTERPRETERS = {".py": ["python3"], ".sh": ["bash"], ".bash": ["bash"]}
 _WATCH_SECONDS = 0.2
-# After every mount: bwrap's own root and /dev are tmpfs, writable unless sealed.
-_SEAL = ["--remount-ro", "/dev", "--remount-ro", "/"]
 
 
 class SandboxError(ToolError):
@@ -76,252 +91,16 @@ class SandboxError(ToolError):
     code = "sandbox_error"
 
 
-@dataclass(frozen=True)
-class SandboxLimits:
-    """What one run may use; a run past a limit is stopped and its result says which."""
-
-    wall_seconds: float = 60.0
-    """Real time, from the worker's side: past it every process of the run is killed."""
-    cpu_seconds: int = 30
-    """CPU time of each process (``RLIMIT_CPU``)."""
-    memory_bytes: int = 1 << 30
-    """Address space of each process (``RLIMIT_AS``)."""
-    max_processes: int = 64
-    """Processes and threads of the run at once."""
-    output_bytes: int = 30_000
-    """Output kept for the model: its first and last halves (a traceback stays visible)."""
-    max_output_bytes: int = 16 << 20
-    """Output read in all; past it the run is killed."""
-    tmp_bytes: int = 64 << 20
-    """Size of the sandbox's private ``/tmp`` (memory-backed)."""
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.max_output_bytes < self.output_bytes:
-            raise ConfigError(
-                "SandboxLimits.max_output_bytes must be >= output_bytes "
-                f"({self.max_output_bytes} < {self.output_bytes})"
-            )
-
-
-Limit = Literal["wall_time", "cpu_time", "memory", "processes", "disk", "output"]
-
-
-@dataclass(frozen=True)
-class CodeRun:
-    """One run's outcome, as the model reads it through ``render``."""
-
-    exit_code: int | None
-    """The code's exit status (128 + N when signal N ended it); None when it was killed."""
-    limit: Limit | None
-    """The limit that stopped or broke the run, if one did."""
-    output: str
-    """Standard output and error, interleaved; the middle cut out when long."""
-    output_total: int
-    """Bytes of output the run wrote in all."""
-    sandboxed: bool
-    """False under ``REACTQ_SANDBOX=none``."""
-    seconds: float
-    """Wall time of the run."""
-
-    def render(self, limits: SandboxLimits) -> str:
-        """The tool result: a status line, then the output."""
-        lines = []
-        if not self.sandboxed:
-            lines.append(
-                "[UNSANDBOXED: REACTQ_SANDBOX=none, this code ran with the worker's own rights]"
-            )
-        status = "killed" if self.exit_code is None else f"exit code {self.exit_code}"
-        lines.append(f"[{status}; {self.seconds:.1f} s]")
-        if self.limit is not None:
-            lines.append(f"[limit struck: {_LIMIT_TEXT[self.limit](limits)}]")
-        cut = self.output_total - len(self.output.encode("utf-8", "replace"))
-        if self.output_total == 0:
-            lines.append("(no output)")
-        else:
-            lines.append(self.output)
-            if cut > 0:
-                lines.append(f"[{self.output_total} bytes of output; the middle was cut]")
-        return "\n".join(lines)
-
-
-_LIMIT_TEXT = {
-    "wall_time": lambda lim: f"wall time ({lim.wall_seconds:g} s): every process was killed",
-    "cpu_time": lambda lim: f"CPU time ({lim.cpu_seconds} s per process)",
-    "memory": lambda lim: f"memory ({lim.memory_bytes} bytes of address space per process)",
-    "processes": lambda lim: f"processes ({lim.max_processes} at once)",
-    "disk": lambda lim: "disk: the workspace quota (files were kept as they are; delete some)",
-    "output": lambda lim: f"output ({lim.max_output_bytes} bytes): the run was killed",
-}
-
-
-# --- probing ----------------------------------------------------------------------------
-
-
-def _base_args(tmp_bytes: int) -> list[str]:
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib64", "lib32"):
-        if Path(f"/{name}").is_symlink():
-            args += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
-        elif Path(f"/{name}").is_dir():
-            args += ["--ro-bind", f"/{name}", f"/{name}"]
-    for path in ("/etc/alternatives", "/etc/ld.so.cache", "/etc/ssl", "/etc/localtime"):
-        args += ["--ro-bind-try", path, path]
-    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
-    args += ["--size", str(tmp_bytes), "--tmpfs", "/tmp"]
-    args += ["--uid", "1000", "--gid", "1000", "--hostname", "sandbox", "--clearenv"]
-    return args
-
-
-def _pids_root() -> Path | None:
-    """A pids cgroup directory this process may make children in, or None."""
-    for root in _CGROUP_ROOTS:
-        if not (root / "cgroup.procs").exists():
-            continue
-        probe = root / f"reactq-probe-{secrets.token_hex(4)}"
-        try:
-            probe.mkdir()
-        except OSError:
-            continue
-        try:
-            (probe / "pids.max").write_text("1")
-            return root
-        except OSError:
-            continue
-        finally:
-            with contextlib.suppress(OSError):
-                probe.rmdir()
-    return None
-
-
-def sandbox_problem(bwrap: str = "bwrap") -> str | None:
-    """Why bubblewrap cannot sandbox code on this machine, or None when it can.
-
-    Blocking (it runs bwrap once): call it at start-up, not on the event loop.
-    """
-    path = shutil.which(bwrap)
-    if path is None:
-        return f"bubblewrap is not installed ({bwrap!r} is not on PATH): apt-get install bubblewrap"
-    try:
-        done = subprocess.run(
-            [
-                path,
-                *_base_args(1 << 20),
-                *_SEAL,
-                "--",
-                "/usr/bin/prlimit",
-                "--nproc=8",
-                "/bin/true",
-            ],
-            capture_output=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bubblewrap could not be run: {exc}"
-    if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"
-        return f"bubblewrap cannot create its namespaces here (user, pid, net): {said}"
-    if os.geteuid() == 0 and _pids_root() is None:
-        return (
-            "the worker runs as root, which Linux exempts from the process limit, and no pids "
-            "cgroup is writable: run the worker as an unprivileged user"
-        )
-    return None
-
-
 # --- running ----------------------------------------------------------------------------
 
 
-class _Output:
-    """Reads a pipe to its end, keeping the first and last ``keep // 2`` bytes."""
-
-    def __init__(self, keep: int) -> None:
-        self.half = keep // 2
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_size = 0
-        self.total = 0
-
-    async def drain(self, stream: asyncio.StreamReader, ceiling: int, over: asyncio.Event) -> None:
-        while chunk := await stream.read(1 << 16):
-            self.total += len(chunk)
-            room = self.half - len(self.head)
-            if room > 0:
-                self.head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self.tail.append(chunk)
-                self.tail_size += len(chunk)
-                while self.tail_size - len(self.tail[0]) >= self.half:
-                    self.tail_size -= len(self.tail.popleft())
-            if self.total > ceiling:
-                over.set()
-                return
-
-    def text(self) -> str:
-        tail = b"".join(self.tail)
-        kept = len(self.head) + len(tail)
-        if kept < self.total or len(tail) > self.half:
-            tail = tail[-self.half :] if self.half else b""
-            middle = f"\n[... {self.total - len(self.head) - len(tail)} bytes cut ...]\n"
-            return self.head.decode("utf-8", "replace") + middle + tail.decode("utf-8", "replace")
-        return (bytes(self.head) + tail).decode("utf-8", "replace")
-
-
-class _Cgroup:
-    """A pids cgroup for one run (root workers only)."""
-
-    def __init__(self, root: Path, max_processes: int) -> None:
-        self.path = root / f"reactq-sandbox-{secrets.token_hex(6)}"
-        self.path.mkdir()
-        (self.path / "pids.max").write_text(str(max_processes))
-
-    @property
-    def procs(self) -> Path:
-        return self.path / "cgroup.procs"
-
-    def struck(self) -> bool:
-        with contextlib.suppress(OSError):
-            for line in (self.path / "pids.events").read_text().splitlines():
-                name, _, count = line.partition(" ")
-                if name == "max" and int(count) > 0:
-                    return True
-        return False
-
-    def kill_all(self) -> None:
-        with contextlib.suppress(OSError):
-            for pid in self.procs.read_text().split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-
-    async def remove(self) -> None:
-        for _ in range(100):
-            self.kill_all()
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        log.warning("could not remove the sandbox cgroup %s", self.path)
-
-
-def _text_limit(output: str) -> Limit | None:
-    """A limit the code met and reported itself (a process limit is only an error there)."""
-    if "MemoryError" in output or "Cannot allocate memory" in output:
-        return "memory"
-    if "File too large" in output:
-        return "disk"
-    if "Resource temporarily unavailable" in output or "fork: retry" in output:
-        return "processes"
-    return None
-
-
 class Sandbox:
-    """Runs commands in a session's workspace, under bubblewrap unless ``mode`` is none."""
+    """Runs commands in a session's workspace, under bubblewrap unless ``mode`` is none.
+
+    ``cgroup`` is ``REACTQ_SANDBOX_CGROUP`` (where run cgroups go; ``""`` the worker's own,
+    ``off`` none); ``uid`` the host user code runs as when the worker is root. Both are
+    probed here, once: construct it at start-up.
+    """
 
     def __init__(
         self,
@@ -330,20 +109,50 @@ class Sandbox:
         *,
         mode: Literal["bwrap", "none"] = "bwrap",
         bwrap: str = "bwrap",
+        cgroup: str = "",
+        uid: int = 65534,
     ) -> None:
         self.workspaces = workspaces
         self.limits = limits or SandboxLimits()
         self.mode = mode
         self.bwrap = shutil.which(bwrap) or bwrap
-        self._cgroups = _pids_root() if mode == "bwrap" and os.geteuid() == 0 else None
+        self.host_uid = code_uid(uid) if mode == "bwrap" else None
+        self.cgroups: CgroupParent | None
+        self.cgroups, self.cgroup_note = probe(cgroup) if mode == "bwrap" else (None, "")
 
-    def _argv(self, ws: Workspace, command: list[str], fsize: int, procs: Path | None) -> list[str]:
+    def bounds_note(self) -> str:
+        """For the start-up log: what bounds a run, and whether as a whole or per process."""
+        who = (
+            f"code runs as host uid {self.host_uid}"
+            if self.host_uid is not None
+            else "code runs as the worker's own uid"
+        )
+        if self.cgroups is not None:
+            return (
+                f"each run is bounded as a whole by a cgroup of its own (memory, processes, "
+                f"CPU: {self.cgroup_note}); {who}"
+            )
+        return (
+            f"no cgroup for the runs ({self.cgroup_note}): memory, CPU time and processes are "
+            "limited PER PROCESS only (RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC of the uid), so a "
+            "run that forks N processes may use N times as much; give the worker a delegated "
+            f"cgroup (REACTQ_SANDBOX_CGROUP); {who}"
+        )
+
+    def _argv(
+        self,
+        ws: Workspace,
+        command: list[str],
+        fsize: int,
+        cgroup: RunCgroup | None,
+    ) -> list[str]:
         lim = self.limits
         limited = [
             "/usr/bin/prlimit",
             f"--cpu={lim.cpu_seconds}:{lim.cpu_seconds + 1}",
             f"--as={lim.memory_bytes}",
-            f"--nproc={lim.max_processes}",
+            # A pids cgroup counts this run alone; RLIMIT_NPROC counts the uid's processes.
+            *([] if cgroup else [f"--nproc={lim.max_processes}"]),
             f"--fsize={fsize}",
             "--core=0",
             "--nofile=256",
@@ -352,13 +161,23 @@ class Sandbox:
         ]
         if self.mode == "none":
             return limited
-        argv = [self.bwrap, *_base_args(lim.tmp_bytes), "--bind", str(ws.path), MOUNT, *_SEAL]
+        argv = [self.bwrap, *base_args(lim.tmp_bytes), "--bind", str(ws.path), MOUNT, *SEAL]
         for name, value in (("PATH", _PATH), ("HOME", "/tmp"), ("LANG", "C.UTF-8")):
             argv += ["--setenv", name, value]
         argv += ["--chdir", MOUNT, "--", *limited]
-        if procs is not None:
+        argv = [*as_user(self.host_uid), *argv]
+        if cgroup is not None:
             # Into the run's cgroup before bwrap forks anything, so every process counts.
-            argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *argv]
+            join = 'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done'
+            argv = [
+                "/bin/sh",
+                "-c",
+                join + '; shift; exec "$@"',
+                "join",
+                *map(str, cgroup.procs),
+                "--",
+                *argv,
+            ]
         return argv
 
     async def run(
@@ -367,17 +186,32 @@ class Sandbox:
         """Run ``command`` in ``ws`` (its files at ``/workspace``, the current directory)."""
         # A full workspace still runs code (to delete files), but nothing may grow a file.
         free = await asyncio.to_thread(ws.free_bytes)  # also creates the directory
-        cgroup = _Cgroup(self._cgroups, self.limits.max_processes) if self._cgroups else None
+        if self.host_uid is not None:
+            try:
+                await asyncio.to_thread(hand_over, ws.path, self.host_uid)
+            except OSError as exc:
+                raise SandboxError(
+                    f"the workspace could not be given to uid {self.host_uid}: {exc}"
+                ) from None
+        lim = self.limits
+        try:
+            cgroup = (
+                RunCgroup(self.cgroups, lim.memory_bytes, lim.max_processes, lim.cpus)
+                if self.cgroups
+                else None
+            )
+        except OSError as exc:
+            raise SandboxError(f"the run's cgroup could not be made: {exc}") from None
         started = time.monotonic()
-        wall = min(wall or self.limits.wall_seconds, self.limits.wall_seconds)
+        wall = min(wall or lim.wall_seconds, lim.wall_seconds)
         env = {"PATH": _PATH, "HOME": str(ws.path), "LANG": "C.UTF-8"}
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self._argv(ws, command, free, cgroup.procs if cgroup else None),
+                *self._argv(ws, command, free, cgroup),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                cwd=ws.path,
+                cwd=ws.path if self.mode == "none" else "/",
                 env=env if self.mode == "none" else {"PATH": _PATH},
                 start_new_session=True,  # its own process group, killed as one
             )
@@ -387,19 +221,23 @@ class Sandbox:
             raise SandboxError(f"the code could not be started: {exc}") from None
         try:
             limit = await self._supervise(
-                proc, ws, stdin, wall, output := _Output(self.limits.output_bytes)
+                proc, ws, stdin, wall, output := OutputTail(lim.output_bytes), cgroup
             )
         finally:
             self._kill(proc)
             if proc.returncode is None:
                 await proc.wait()
             if cgroup:
-                if cgroup.struck():
+                if cgroup.oom_killed():
+                    limit = limit or "memory"
+                elif cgroup.pids_struck():
                     limit = limit or "processes"
                 await cgroup.remove()
         text = output.text()
         exit_code = proc.returncode
-        if limit in ("wall_time", "output") or (limit == "disk" and exit_code == -signal.SIGKILL):
+        if limit in ("wall_time", "output") or (
+            limit in ("disk", "memory", "cpu_time") and exit_code == -signal.SIGKILL
+        ):
             exit_code = None
         elif exit_code is not None and exit_code < 0:
             exit_code = 128 - exit_code
@@ -408,8 +246,8 @@ class Sandbox:
                 limit = "cpu_time"
             elif exit_code - 128 == signal.SIGXFSZ:
                 limit = "disk"
-        if limit is None and exit_code:
-            limit = _text_limit(text[-4000:])
+        if limit is None:
+            limit = limit_in_text(text[-4000:], failed=bool(exit_code))
         return CodeRun(
             exit_code=exit_code,
             limit=limit,
@@ -417,6 +255,7 @@ class Sandbox:
             output_total=output.total,
             sandboxed=self.mode == "bwrap",
             seconds=time.monotonic() - started,
+            bounded=cgroup is not None,
         )
 
     async def _supervise(
@@ -425,19 +264,25 @@ class Sandbox:
         ws: Workspace,
         stdin: bytes,
         wall: float,
-        output: _Output,
+        output: OutputTail,
+        cgroup: RunCgroup | None,
     ) -> Limit | None:
         assert proc.stdin is not None and proc.stdout is not None
         over = asyncio.Event()
         full = asyncio.Event()
         reader = asyncio.create_task(output.drain(proc.stdout, self.limits.max_output_bytes, over))
-        watcher = asyncio.create_task(self._watch_quota(ws, full))
+        watchers = [asyncio.create_task(self._watch_quota(ws, full))]
         feeder = asyncio.create_task(self._feed(proc.stdin, stdin))
         waiter = asyncio.create_task(proc.wait())
         stops: dict[asyncio.Task[Any], Limit] = {
             asyncio.create_task(over.wait()): "output",
             asyncio.create_task(full.wait()): "disk",
         }
+        if cgroup is not None:
+            memory, cpu = asyncio.Event(), asyncio.Event()
+            watchers.append(asyncio.create_task(self._watch_cgroup(cgroup, memory, cpu)))
+            stops[asyncio.create_task(memory.wait())] = "memory"
+            stops[asyncio.create_task(cpu.wait())] = "cpu_time"
         limit: Limit | None = None
         try:
             done, _ = await asyncio.wait(
@@ -456,10 +301,25 @@ class Sandbox:
             if not full.is_set() and await asyncio.to_thread(ws.usage) > ws.quota_bytes:
                 limit = limit or "disk"
         finally:
-            for task in (reader, watcher, feeder, waiter, *stops):
+            tasks = (reader, *watchers, feeder, waiter, *stops)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(reader, watcher, feeder, waiter, *stops, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         return limit
+
+    async def _watch_cgroup(
+        self, cgroup: RunCgroup, memory: asyncio.Event, cpu: asyncio.Event
+    ) -> None:
+        """Stop the run at its first OOM kill (v1 kills one process, not the run) and when
+        its processes together have had their CPU time."""
+        while True:
+            await asyncio.sleep(_WATCH_SECONDS)
+            if cgroup.oom_killed():
+                memory.set()
+                return
+            if cgroup.cpu_seconds() >= self.limits.cpu_seconds:
+                cpu.set()
+                return
 
     @staticmethod
     async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
@@ -516,14 +376,33 @@ def sandbox_tools(
     """
     settings = settings_for(settings_or_root)
     if settings.sandbox == "bwrap":
-        problem = sandbox_problem(bwrap)
+        problem = sandbox_problem(bwrap, uid=settings.sandbox_uid)
+        host_uid = code_uid(settings.sandbox_uid)
+        root = Path(settings.workspace_root)
+        blocked = None if host_uid is None else unreachable(root, host_uid)
+        if problem is None and blocked is not None:
+            problem = (
+                f"code runs as uid {host_uid} under a root worker, and it cannot reach the "
+                f"workspaces ({root}): {blocked} is mode {blocked.stat().st_mode & 0o7777:o} "
+                "(let others through it, chmod o+x, or set REACTQ_WORKSPACE_ROOT elsewhere)"
+            )
         if problem is not None:
             log.warning("run_code and run_file are not available: %s", problem)
             return []
     else:
         log.warning("REACTQ_SANDBOX=none: run_code and run_file run code UNSANDBOXED")
     workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
-    sandbox = Sandbox(workspaces, limits, mode=settings.sandbox, bwrap=bwrap)
+    sandbox = Sandbox(
+        workspaces,
+        limits,
+        mode=settings.sandbox,
+        bwrap=bwrap,
+        cgroup=settings.sandbox_cgroup or "",
+        uid=settings.sandbox_uid,
+    )
+    if settings.sandbox == "bwrap":
+        note = sandbox.bounds_note()
+        (log.info if sandbox.cgroups else log.warning)("run_code and run_file: %s", note)
     lim = sandbox.limits
     where = MOUNT if settings.sandbox == "bwrap" else "the workspace"
 
