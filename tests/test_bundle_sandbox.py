@@ -424,6 +424,15 @@ async def test_under_a_root_worker_the_code_is_no_host_root(
     assert "LISTED-THE-KEYS" not in out and "SHADOW-IS-THERE" not in out, out
     assert "certificates-are-there" in out, out
     assert "worker wrote this\nappended" in out, out
+    # The workspace is handed to the sandbox's uid before each run; links the code left
+    # there are not followed out of it.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file").write_text("root's")
+    code = f"ln -s {outside} dir-link; ln -s {outside}/file file-link; echo linked"
+    assert "linked" in await call(tools, "run_code", language="bash", code=code)
+    assert "again" in await call(tools, "run_code", code="print('again')")
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in (outside, outside / "file")} == {(0, 0)}
 
 
 @needs_bwrap
