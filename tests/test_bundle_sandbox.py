@@ -4,6 +4,7 @@ run that breaks a limit is stopped and leaves the next call working."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -154,14 +155,17 @@ async def test_no_network(tools: dict[str, Tool]) -> None:
 
 
 @needs_bwrap
-async def test_a_fork_bomb_is_contained(tools: dict[str, Tool]) -> None:
+async def test_a_fork_bomb_is_contained(tmp_path: Path) -> None:
+    # CPU time past the wall clock's reach (one CPU for 6 s): the bombs meet the process
+    # and the wall-time limits, not the CPU time of the run as a whole.
+    tools = _tools(tmp_path, limits=dataclasses.replace(LIMITS, cpu_seconds=30))
     out = await call(tools, "run_code", language="bash", code=":(){ :|:& };:; sleep 2")
-    assert "[limit struck: processes" in out
+    assert "[limit struck: processes" in out, out
     # A bomb that never gives up runs into the wall clock, and every process dies.
     code = "import os, time\nwhile True:\n    try: os.fork()\n    except OSError: time.sleep(0.01)"
     started = time.monotonic()
     out = await call(tools, "run_code", code=code + "  # bomb-marker")
-    assert "[killed;" in out and "[limit struck: wall time" in out
+    assert "[killed;" in out and "[limit struck: wall time" in out, out
     assert time.monotonic() - started < LIMITS.wall_seconds + 5
     assert await call(tools, "run_code", code="print('after the bomb')") != ""
     assert "after the bomb" in await call(tools, "run_code", code="print('after the bomb')")
@@ -424,6 +428,15 @@ async def test_under_a_root_worker_the_code_is_no_host_root(
     assert "LISTED-THE-KEYS" not in out and "SHADOW-IS-THERE" not in out, out
     assert "certificates-are-there" in out, out
     assert "worker wrote this\nappended" in out, out
+    # The workspace is handed to the sandbox's uid before each run; links the code left
+    # there are not followed out of it.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file").write_text("root's")
+    code = f"ln -s {outside} dir-link; ln -s {outside}/file file-link; echo linked"
+    assert "linked" in await call(tools, "run_code", language="bash", code=code)
+    assert "again" in await call(tools, "run_code", code="print('again')")
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in (outside, outside / "file")} == {(0, 0)}
 
 
 @needs_bwrap

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from reactq.bundles.sandbox_cgroup import CgroupParent, RunCgroup, probe
+from reactq.bundles.sandbox_cgroup import JOIN, CgroupParent, RunCgroup, probe
 from reactq.bundles.sandbox_host import (
     SEAL,
     as_user,
@@ -168,16 +168,8 @@ class Sandbox:
         argv = [*as_user(self.host_uid), *argv]
         if cgroup is not None:
             # Into the run's cgroup before bwrap forks anything, so every process counts.
-            join = 'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done'
-            argv = [
-                "/bin/sh",
-                "-c",
-                join + '; shift; exec "$@"',
-                "join",
-                *map(str, cgroup.procs),
-                "--",
-                *argv,
-            ]
+            procs = map(str, cgroup.procs)
+            argv = ["/bin/sh", "-c", JOIN + '; shift; exec "$@"', "join", *procs, "--", *argv]
         return argv
 
     async def run(

@@ -27,10 +27,11 @@ import logging
 import os
 import secrets
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CgroupParent", "RunCgroup", "probe"]
+__all__ = ["JOIN", "CgroupParent", "RunCgroup", "probe"]
 
 log = logging.getLogger("reactq.bundles")
 
@@ -38,6 +39,9 @@ _ROOT = Path("/sys/fs/cgroup")
 _V1 = ("memory", "pids", "cpu", "cpuacct")
 _V2 = ("memory", "pids", "cpu")
 _PERIOD_US = 100_000
+JOIN = 'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; shift; done'
+"""Shell that writes its own pid to each ``cgroup.procs`` given before ``--`` (the run's
+first process joins its cgroups before bwrap forks anything, so every process counts)."""
 
 
 @dataclass(frozen=True)
@@ -96,13 +100,23 @@ def _under(mount: Path, mount_root: str, path: str) -> Path:
 
 
 def _try_child(dirs: list[Path]) -> None:
-    """Make and remove a child in each directory: OSError when it cannot be done."""
+    """Make a child in each directory, move a process into them, remove them: OSError
+    when any step cannot be done (as a run would need it)."""
     made: list[Path] = []
     try:
         for parent in dirs:
             child = parent / f"reactq-probe-{secrets.token_hex(4)}"
             child.mkdir()
             made.append(child)
+        procs = [str(child / "cgroup.procs") for child in made]
+        done = subprocess.run(
+            ["/bin/sh", "-c", JOIN + "; shift; exec true", "probe", *procs, "--"],
+            capture_output=True,
+            timeout=20,
+        )
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace").strip()
+            raise OSError(errno.EACCES, f"a process cannot join its cgroup: {said}")
     finally:
         for child in made:
             with contextlib.suppress(OSError):
