@@ -43,6 +43,9 @@ class DatabaseProxy:
         self._clients: set[asyncio.StreamWriter] = set()
         self.connections = 0
         """Connections accepted so far (a client that reconnected shows here)."""
+        self.turned_away = 0
+        """Connections reset at once while down with ``turn_away``."""
+        self._turning_away = False
 
     def start(self) -> DatabaseProxy:
         self._thread.start()
@@ -54,13 +57,20 @@ class DatabaseProxy:
 
     def up(self) -> None:
         """Accept connections again (on the same port)."""
+        self._turning_away = False
         self._call(self._listen())
 
-    def down(self, *, answers_lost: bool = False) -> None:
+    def down(self, *, answers_lost: bool = False, turn_away: bool = False) -> None:
         """Refuse new connections and reset the open ones. ``answers_lost``: cut only
         the clients' side, so a statement the server is running goes on to its end
-        (and commits) while its client never hears of it."""
+        (and commits) while its client never hears of it. ``turn_away``: keep
+        listening but reset each new connection at once, as a server shutting down
+        drops them, and count them (``turned_away``): a test can wait for a client
+        to have tried."""
         self._call(self._close(answers_lost))
+        if turn_away:
+            self._turning_away = True
+            self._call(self._listen())
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -93,6 +103,10 @@ class DatabaseProxy:
                 await asyncio.wait_for(server.wait_closed(), 2)
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self._turning_away:
+            self.turned_away += 1
+            client_w.transport.abort()
+            return
         self.connections += 1
         try:
             server_r, server_w = await asyncio.open_connection(*self._target)

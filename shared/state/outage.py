@@ -38,8 +38,9 @@ __all__ = ["is_outage", "ride"]
 log = logging.getLogger("reactq.state")
 T = TypeVar("T")
 
-_PG_AWAY = ("08", "57P01", "57P02", "57P03")
-"""SQLSTATEs of a server that is away: connection exceptions, admin or crash shutdown,
+_PG_AWAY = ("08", "53", "57P01", "57P02", "57P03")
+"""SQLSTATEs of a server that is away: connection exceptions, insufficient resources
+(too many connections, out of memory or disk), admin or crash shutdown,
 cannot connect now (starting up or shutting down)."""
 _SQLITE_AWAY = ("database is locked", "database is busy", "disk i/o error", "unable to open")
 _FIRST_DELAY = 0.05
