@@ -7,7 +7,8 @@ wraps an EventBus so that every published event is also recorded; ``SqlAuditSink
 audit log with it), ``MemoryAuditSink`` keeps them in a list for tests and the
 embedded mode. Read a run back with ``turn_events(turn_id)``: in stream order,
 whichever process recorded which event (the producer records what it publishes,
-the workers the rest), each event once.
+the workers the rest), each event once. Rows the database cannot take while it is
+away wait in Redis (``shared/audit_spill.py``) instead of being dropped.
 """
 
 from __future__ import annotations

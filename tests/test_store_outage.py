@@ -20,16 +20,21 @@ from sqlalchemy.exc import IntegrityError
 
 from reactq.shared.audit import SqlAuditSink, audit_row
 from reactq.shared.audit_spill import AuditSpill, _insert_new
+from reactq.shared.bus import MemoryEventBus, TurnEmitter
 from reactq.shared.errors import StaleLeaseError, StoreUnavailableError, TurnCommittedError
-from reactq.shared.events import QueuedEvent
+from reactq.shared.events import FinalEvent, QueuedEvent
 from reactq.shared.keys import Keys
+from reactq.shared.settings import Settings
 from reactq.shared.state.outage import is_outage
 from reactq.shared.state.sql import SqlStateStore
 from reactq.shared.state.sql_schema import audit_events
 from reactq.shared.turns import TurnStatus, new_turn_id
+from reactq.worker.agent.llm.scripted import ScriptedLLM
+from reactq.worker.agent.runner import AgentRunner
 from tests.db_outage import DatabaseProxy, database_proxy
-from tests.drain_support import drain_rig, turn_messages
+from tests.drain_support import AGENT, drain_rig, lookup_then_answer, turn_messages
 from tests.helpers import wait_until
+from tests.pool_agents import agent as e2e_agent
 from tests.state_fixtures import record, sid
 
 OUTAGE_LOG = "state database does not answer"
@@ -288,3 +293,41 @@ async def test_audit_spill_is_bounded_and_says_what_it_dropped(
         assert all(k.encode() in item for k, item in zip(kept, raw, strict=True))
     finally:
         await redis.delete(keys.audit_spill)
+
+
+async def test_the_runner_leaves_a_pool_turn_to_the_drain_and_ends_an_embedded_one(
+    proxy: DatabaseProxy,
+) -> None:
+    """Past the budget a fenced (pool) turn raises StoreUnavailableError, with no
+    final (the drain gives it back); an embedded turn has no queue to go back to and
+    ends in error with the code ``store_unavailable``."""
+    store = await SqlStateStore.open(proxy.url, outage_seconds=0.2)
+    bus = MemoryEventBus()
+    try:
+        runner = AgentRunner(
+            e2e_agent.build_loop(ScriptedLLM(lookup_then_answer), settings=Settings()),
+            store,
+            AGENT,
+        )
+        proxy.down()
+        session = sid()
+        pool_turn = TurnEmitter(bus, session, new_turn_id())
+        with pytest.raises(StoreUnavailableError):
+            await runner.run_turn(
+                session_id=session,
+                message="hi",
+                turn_id=pool_turn.turn_id,
+                emitter=pool_turn,
+                fence=1,
+            )
+        embedded = TurnEmitter(bus, session, new_turn_id())
+        final = await runner.run_turn(
+            session_id=session, message="hi", turn_id=embedded.turn_id, emitter=embedded
+        )
+        assert (final.status, final.code) == (TurnStatus.ERROR, "store_unavailable")
+        finals = [e for e in await bus.read(session, after="0") if isinstance(e, FinalEvent)]
+        assert [f.turn_id for f in finals] == [embedded.turn_id]
+    finally:
+        proxy.up()
+        await bus.close()
+        await store.close()
