@@ -12,6 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -330,4 +331,16 @@ async def test_the_runner_leaves_a_pool_turn_to_the_drain_and_ends_an_embedded_o
     finally:
         proxy.up()
         await bus.close()
+        await store.close()
+
+
+async def test_write_back_skips_rows_the_table_has_on_sqlite(tmp_path: Path) -> None:
+    store = await SqlStateStore.open(f"sqlite+aiosqlite:///{tmp_path / 'state.db'}")
+    try:
+        session, turn_id = sid(), new_turn_id()
+        rows = [audit_row(queued(session, turn_id, n)) for n in (1, 2, 2, 3)]
+        assert await store._write(lambda conn: _insert_new(rows, conn)) == 3
+        assert await store._write(lambda conn: _insert_new(rows, conn)) == 0
+        assert await audit_count(store, turn_id) == 3
+    finally:
         await store.close()
