@@ -19,6 +19,7 @@ from reactq.producer.documents import LongTermStore
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
+from reactq.shared.audit_spill import AuditSpill
 from reactq.shared.bus import RedisEventBus
 from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart, ImagePart
@@ -232,6 +233,9 @@ class Producer:
         self._owns_redis = redis is None
         # Each live subscriber blocks on a connection: wait for one rather than fail.
         self.redis = redis or connect(self.settings.redis_url, 512, blocking=True)
+        # What the audit log cannot take while the database is away waits in Redis
+        # for a worker to write it (``shared/audit_spill.py``).
+        self._spill = AuditSpill(self.redis, self.keys, self.settings.audit_spill_max_rows)
         self.bus = RedisEventBus(
             self.redis,
             self.keys,
@@ -239,7 +243,7 @@ class Producer:
             ttl_seconds=self.settings.event_ttl_seconds,
         )
         self.publisher = AuditedBus(
-            self.bus, DeferredAuditSink(self._recording_sink), close_sink=False
+            self.bus, DeferredAuditSink(self._recording_sink, self._spill), close_sink=False
         )
         """What the producer publishes (``queued``, the finals of turns that never ran,
         decisions) goes to the stream and, like the workers' events, to the audit log."""
@@ -736,7 +740,7 @@ class Producer:
         async with self._store_lock:
             if self._audit is None:
                 # Unbatched: a producer may exit right after a submit returns.
-                self._audit = audit_sink_for(store, batch=False)
+                self._audit = audit_sink_for(store, batch=False, spill=self._spill)
         return self._audit
 
     async def _recording_sink(self) -> AuditSink | None:

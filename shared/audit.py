@@ -7,7 +7,8 @@ wraps an EventBus so that every published event is also recorded; ``SqlAuditSink
 audit log with it), ``MemoryAuditSink`` keeps them in a list for tests and the
 embedded mode. Read a run back with ``turn_events(turn_id)``: in stream order,
 whichever process recorded which event (the producer records what it publishes,
-the workers the rest), each event once.
+the workers the rest), each event once. Rows the database cannot take while it is
+away wait in Redis (``shared/audit_spill.py``) instead of being dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import select
@@ -28,9 +29,13 @@ from reactq.shared.errors import ConfigError, InvalidStreamIdError
 from reactq.shared.events import BaseEvent, Event, parse_event
 from reactq.shared.state import open_store
 from reactq.shared.state.base import StateStore
+from reactq.shared.state.outage import is_outage
 from reactq.shared.state.sql import SqlStateStore
 from reactq.shared.state.sql_bulk import insert_many
 from reactq.shared.state.sql_schema import audit_events
+
+if TYPE_CHECKING:
+    from reactq.shared.audit_spill import AuditSpill
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the seam
@@ -42,6 +47,7 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     "SqlAuditSink",
     "audit_sink_for",
     "open_audit_sink",
+    "audit_row",
     # reading and repairing
     "backfill",
     "in_stream_order",
@@ -183,6 +189,10 @@ class SqlAuditSink:
     ``final`` comes first, which is written at once with everything queued before
     it. A worker lingers: a turn's events then cost one write with its final
     instead of one each step, and a turn's audit is whole once its final is.
+
+    ``spill``: where rows wait while the database is away (``shared/audit_spill.py``)
+    instead of being dropped; once some wait, later rows go behind them until the
+    list is written back (by a worker's duty), so each writer's rows keep their order.
     """
 
     def __init__(
@@ -192,11 +202,14 @@ class SqlAuditSink:
         owns_store: bool = False,
         batch: bool = True,
         linger: float = 0.0,
+        spill: AuditSpill | None = None,
     ) -> None:
         self.store = store
         self.owns_store = owns_store
         self.batch = batch
         self.linger = linger
+        self.spill = spill
+        self._spilled = False  # rows of ours may wait in the spill: go behind them
         self._queued: list[dict[str, Any]] = []
         self._flusher: asyncio.Future[None] | None = None
         self._urgent = False  # a final (or a flush) is queued: write without lingering
@@ -204,19 +217,9 @@ class SqlAuditSink:
 
     async def record(self, event: BaseEvent) -> None:
         """Queue the event as one row (or write it at once, without batching)."""
-        row = {
-            "session_id": event.session_id,
-            "turn_id": event.turn_id,
-            "attempt": event.attempt,
-            "seq": event.seq,
-            "type": str(getattr(event, "type", "")),
-            "event_id": event.id,
-            "payload": _payload(event),
-            "ts": event.ts,
-            "recorded_at": time.time(),
-        }
+        row = audit_row(event)
         if not self.batch:
-            await self._insert([row])
+            await self._write_rows([row])
             return
         self._queued.append(row)
         if row["type"] == "final":
@@ -244,7 +247,7 @@ class SqlAuditSink:
             self._urgent = False
             rows, self._queued = self._queued, []
             try:
-                await self._insert(rows)
+                await self._write_rows(rows)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -261,6 +264,29 @@ class SqlAuditSink:
             timer.cancel()
             self._lingering = None
 
+    async def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Insert ``rows``, or, while the database is away (or rows of ours still wait),
+        put them in the spill."""
+        if self.spill is None:
+            await self._insert(rows)
+            return
+        if self._spilled:
+            self._spilled = await self.spill.waiting() > 0
+        if not self._spilled:
+            try:
+                await self._insert(rows)
+                return
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                log.warning(
+                    "audit: the database does not answer (%s); %d rows wait in Redis",
+                    type(exc).__name__,
+                    len(rows),
+                )
+        await self.spill.hold(rows)
+        self._spilled = True
+
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
         def op(conn: Connection) -> None:
             insert_many(conn, audit_events, rows)
@@ -270,8 +296,9 @@ class SqlAuditSink:
         # executemany without BEGIN / COMMIT (one round trip instead of three):
         # asyncpg pipelines the rows and ends them with one Sync, so the server runs
         # them as one implicit transaction, all or none. Should it run twice (the
-        # retry on a dead connection), readers keep each event id once.
-        await self.store._write_each(op)
+        # retry on a dead connection), readers keep each event id once. Not ridden
+        # out (``ride=False``): the rows have the spill to wait in, the flush goes on.
+        await self.store._write_each(op, ride=False)
 
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every recorded event of a turn, all attempts, in stream order, each once."""
@@ -316,12 +343,25 @@ class DeferredAuditSink:
     that never publishes never opens it.
     """
 
-    def __init__(self, opener: Callable[[], Awaitable[AuditSink | None]]) -> None:
+    def __init__(
+        self,
+        opener: Callable[[], Awaitable[AuditSink | None]],
+        spill: AuditSpill | None = None,
+    ) -> None:
+        """``spill``: where an event waits when the sink cannot be opened because the
+        database is away (a producer started during an outage)."""
         self.opener = opener
+        self.spill = spill
 
     async def record(self, event: BaseEvent) -> None:
         """Record through the opened sink, if there is one."""
-        sink = await self.opener()
+        try:
+            sink = await self.opener()
+        except Exception as exc:
+            if self.spill is None or not is_outage(exc):
+                raise
+            await self.spill.hold([audit_row(event)])
+            return
         if sink is not None:
             await sink.record(event)
 
@@ -342,14 +382,33 @@ class DeferredAuditSink:
 
 
 def audit_sink_for(
-    store: StateStore, *, batch: bool = True, linger: float = 0.0
+    store: StateStore,
+    *,
+    batch: bool = True,
+    linger: float = 0.0,
+    spill: AuditSpill | None = None,
 ) -> AuditSink | None:
     """A sink writing to ``store``'s database (sharing its engine), or None when the
-    store is not SQL (the audit log needs a database that can hold it). ``batch``
-    and ``linger`` as for SqlAuditSink."""
+    store is not SQL (the audit log needs a database that can hold it). ``batch``,
+    ``linger`` and ``spill`` as for SqlAuditSink."""
     if isinstance(store, SqlStateStore):
-        return SqlAuditSink(store, batch=batch, linger=linger)
+        return SqlAuditSink(store, batch=batch, linger=linger, spill=spill)
     return None
+
+
+def audit_row(event: BaseEvent) -> dict[str, Any]:
+    """The ``audit_events`` row of a published event."""
+    return {
+        "session_id": event.session_id,
+        "turn_id": event.turn_id,
+        "attempt": event.attempt,
+        "seq": event.seq,
+        "type": str(getattr(event, "type", "")),
+        "event_id": event.id,
+        "payload": _payload(event),
+        "ts": event.ts,
+        "recorded_at": time.time(),
+    }
 
 
 def _settle(waiting: asyncio.Future[None]) -> None:

@@ -97,6 +97,12 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     *_codes(
         "service",
         ("service_unavailable", True, "Redis, the broker or the state database cannot be used."),
+        (
+            "store_unavailable",
+            True,
+            "The state database did not answer for REACTQ_STORE_OUTAGE_SECONDS; the turn is "
+            "given back to its queue.",
+        ),
         ("mcp_error", True, "An MCP server could not be started, reached or understood."),
         ("skill_error", False, "A skill directory or its SKILL.md is invalid, or a file refused."),
     ),

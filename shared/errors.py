@@ -8,6 +8,8 @@
     ├── ServiceUnavailableError      service_unavailable (Redis, the broker or the state
     │                                                   database cannot be reached, refuses
     │                                                   the credentials, or lacks the database)
+    │   └── StoreUnavailableError    store_unavailable (the state database did not answer
+    │                                                   for REACTQ_STORE_OUTAGE_SECONDS)
     ├── InvalidTurnError             invalid_turn      (caller input; nothing enqueued or read)
     │   ├── InvalidSessionIdError    invalid_session_id
     │   ├── InvalidStreamIdError     invalid_stream_id (also a ValueError: a subscriber's
@@ -178,6 +180,15 @@ class ServiceUnavailableError(ReactqError):
     """
 
     code = "service_unavailable"
+
+
+class StoreUnavailableError(ServiceUnavailableError):
+    """The state database did not answer (connection refused, reset, the server
+    shutting down) for the whole of a worker's outage budget
+    (``REACTQ_STORE_OUTAGE_SECONDS``): the turn goes back to its session's queue, it
+    is not failed. ``details`` carry ``waited`` (seconds)."""
+
+    code = "store_unavailable"
 
 
 class InvalidTurnError(ReactqError):

@@ -187,6 +187,12 @@ class Keys:
         return f"{self.namespace}:agent_tools"
 
     @property
+    def audit_spill(self) -> str:
+        """A list of audit rows (JSON) the state database could not take, oldest
+        first, waiting for a worker to write them (``shared/audit_spill.py``)."""
+        return f"{self.namespace}:audit_spill"
+
+    @property
     def workers(self) -> str:
         """A hash worker name -> JSON of its agents and last heartbeat time."""
         return f"{self.namespace}:workers"

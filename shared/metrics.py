@@ -11,6 +11,7 @@ reactq_turn_duration_seconds        histogram  agent, status
 reactq_turns_in_flight              gauge      worker
 reactq_model_tokens_total           counter    agent, kind (prompt/completion)
 reactq_queue_depth                  gauge      agent (drain messages waiting)
+reactq_audit_rows_dropped_total     counter    (audit rows the spill's cap dropped)
 =================================  =========  ==============================
 """
 
@@ -119,6 +120,12 @@ class WorkerMetrics:
         )
         self.tokens = p.Counter(
             "reactq_model_tokens", "Model tokens, by kind", ["agent", "kind"], registry=r
+        )
+        self.audit_dropped = p.Counter(
+            "reactq_audit_rows_dropped",
+            "Audit rows dropped because more waited for the database than "
+            "REACTQ_AUDIT_SPILL_MAX_ROWS",
+            registry=r,
         )
         self.in_flight.labels(worker).set(0)
         self._server: Any = None

@@ -84,8 +84,19 @@ class Settings(BaseModel):
     """The shared state store (SQLAlchemy async URL). The default, SQLite in the user's data
     directory (``~/.local/share/reactq/state.db`` without ``XDG_DATA_HOME``), is the same
     from every directory."""
+    store_outage_seconds: float = Field(
+        60.0, ge=0, json_schema_extra={"env": "REACTQ_STORE_OUTAGE_SECONDS"}
+    )
+    """How long a worker's turn waits out a state database that does not answer (its
+    calls retried with backoff, the lease kept) before the turn goes back to its queue;
+    0: no waiting. The producer's and the gateway's calls never wait."""
     audit: bool = Field(True, json_schema_extra={"env": "REACTQ_AUDIT"})
     """Record every event of every turn in the SQL state database's audit log."""
+    audit_spill_max_rows: int = Field(
+        100_000, gt=0, json_schema_extra={"env": "REACTQ_AUDIT_SPILL_MAX_ROWS"}
+    )
+    """Audit rows the database could not take wait in Redis, at most this many per
+    namespace (past it the oldest are dropped, logged), until a worker writes them."""
     agents: list[str] = Field(default_factory=list, json_schema_extra={"env": "REACTQ_AGENTS"})
     """Agents a worker hosts, as module[:attr] (comma-separated in the env)."""
     namespace: str = Field(

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
+from reactq.shared.audit_spill import AuditSpill, write_back_forever
 from reactq.shared.bus import EventBus, RedisEventBus
 from reactq.shared.catalogue import AgentTools
 from reactq.shared.keys import Keys
@@ -33,7 +34,7 @@ from reactq.shared.protocol.steps import TurnSteps
 from reactq.shared.redis_client import connect, preload_scripts
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
-from reactq.shared.state import StateStore, open_store
+from reactq.shared.state import SqlStateStore, StateStore, open_store
 from reactq.shared.webhooks import Send, Webhooks
 from reactq.worker.agent.llm import LLMClient
 from reactq.worker.agent.llm.endpoint import ClientCache
@@ -182,11 +183,17 @@ class Bridge:
         self.webhooks = Webhooks(self.redis, keys, s)
         path = s.database_path
         created = path is not None and not path.exists()
-        self.store = await open_store(s.database_url, namespace=s.namespace)
+        self.store = await open_store(
+            s.database_url, namespace=s.namespace, outage_seconds=s.store_outage_seconds
+        )
         # The audit log lives in the state database: a SQL store brings it along. Its
         # rows wait for their turn's final (or AUDIT_LINGER_SECONDS): a write a turn.
+        # Rows the database cannot take meanwhile wait in Redis (``spill``).
+        spill = AuditSpill(self.redis, keys, s.audit_spill_max_rows)
         sink = self.audit = (
-            audit_sink_for(self.store, linger=AUDIT_LINGER_SECONDS) if s.audit else None
+            audit_sink_for(self.store, linger=AUDIT_LINGER_SECONDS, spill=spill)
+            if s.audit
+            else None
         )
         events: EventBus = bus if sink is None else AuditedBus(bus, sink, close_sink=False)
         runners: dict[str, AgentRunner] = {}
@@ -199,6 +206,8 @@ class Bridge:
         )
         self.catalogues = {name: a.catalogue(registries[name]) for name, a in self.agents.items()}
         observer = self._observer()
+        if self.metrics is not None:
+            spill.on_dropped = self.metrics.audit_dropped.inc
         for name, agent in self.agents.items():
             llm, *fallbacks = clients.for_agent(agent, s)  # shared by agents on one endpoint
             observed = observed_agent(agent, observer, s)
@@ -237,6 +246,13 @@ class Bridge:
             ),
             asyncio.ensure_future(self._heartbeat(registry, s.heartbeat_seconds / 3)),
         ]
+        if isinstance(self.store, SqlStateStore):
+            # Any worker writes back what waits, the producer's rows included.
+            self._duties.append(
+                asyncio.ensure_future(
+                    write_back_forever(spill, self.store, s.reaper_interval_seconds)
+                )
+            )
         # Everything a newcomer needs to check the worker is the one they meant: what it
         # serves, and where (Celery's own banner is off: see tasks.run_worker).
         state = str(path) if path is not None else redact_url(s.database_url)

@@ -31,7 +31,9 @@ from reactq.shared.bus import E, EventBus, PublishGuard, ScriptGuard, TurnEmitte
 from reactq.shared.errors import (
     EvictedError,
     LeaseLostError,
+    ReactqError,
     StaleLeaseError,
+    StoreUnavailableError,
     TurnCommittedError,
 )
 from reactq.shared.events import (
@@ -406,6 +408,8 @@ class Drainer:
             status = await self._run_turn(sid, claimed, turn, emitter, token)
         except (StaleLeaseError, LeaseLostError, EvictedError):
             raise
+        except StoreUnavailableError as exc:
+            raise await self._give_back_unanswered(sid, turn.turn_id, token, exc) from exc
         except Exception as exc:
             # Any final from here on is published as it is emitted.
             emitter.hold_final, emitter.held = False, None
@@ -724,6 +728,22 @@ class Drainer:
             newest,
         )
         return True
+
+    async def _give_back_unanswered(
+        self, sid: str, turn_id: str, token: int, exc: StoreUnavailableError
+    ) -> ReactqError:
+        """The state database stayed away past the outage budget: give the turn back,
+        uncharged (a database that is slow to return is no fault of the turn's, and a
+        charge would end it with max_attempts), for the reaper to re-dispatch (the
+        drain sets the session's deadline as it lets go). What to raise: the drain
+        reads it as a give-back (or, the lease gone meanwhile, as a lost lease: the
+        turn is its new holder's)."""
+        if not await self._still_holds(sid, token):
+            return LeaseLostError(f"lost the lease of {sid} ({exc.message})", session_id=sid)
+        log.warning("session %s: turn %s given back: %s", sid, turn_id, exc.message)
+        with contextlib.suppress(RedisError):
+            await self.queue.give_back(sid, turn_id)
+        return EvictedError(f"turn {turn_id} given back: {exc.message}", turn_id=turn_id)
 
     async def _still_holds(self, sid: str, token: int) -> bool:
         try:

@@ -33,7 +33,7 @@ async def run_local_turn(
     validate_session_id(session_id)
     validate_message(message, settings.max_message_bytes)
     bus = MemoryEventBus()
-    store = await open_store(settings.database_url)
+    store = await open_store(settings.database_url, outage_seconds=settings.store_outage_seconds)
     clients = ClientCache()
     try:
         llm, *fallbacks = clients.for_agent(agent, settings)

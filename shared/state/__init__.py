@@ -55,13 +55,17 @@ _ALIASES = {
 }
 
 
-async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -> StateStore:
+async def open_store(
+    url: str, *, namespace: str | None = None, outage_seconds: float = 0.0, **kwargs: Any
+) -> StateStore:
     """A ready state store for ``url``: ``memory://``, ``sqlite+aiosqlite://…`` or
     ``postgresql+asyncpg://…`` (plain ``sqlite://`` and ``postgresql://`` mean those
     drivers) or ``redis://…`` (``redis+cluster://…`` for a Redis Cluster). ``namespace``
     (``REACTQ_NAMESPACE``) prefixes the Redis backend's keys (a ``?namespace=`` in the
-    URL wins); the other backends ignore it. Other keyword arguments go to the
-    backend's constructor."""
+    URL wins); the other backends ignore it. ``outage_seconds``: how long a SQL store's
+    calls wait out a database that does not answer (a worker's
+    ``REACTQ_STORE_OUTAGE_SECONDS``; 0: they fail at once). Other keyword arguments go
+    to the backend's constructor."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ConfigError(
@@ -71,7 +75,9 @@ async def open_store(url: str, *, namespace: str | None = None, **kwargs: Any) -
     if scheme == "memory":
         return MemoryStateStore(**kwargs)
     if scheme in ("sqlite+aiosqlite", "postgresql+asyncpg"):
-        return await SqlStateStore.open(f"{scheme}://{rest}", **kwargs)
+        return await SqlStateStore.open(
+            f"{scheme}://{rest}", outage_seconds=outage_seconds, **kwargs
+        )
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         if namespace is not None:
             kwargs.setdefault("namespace", namespace)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, insert, select, text, update
@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state import listing
+from reactq.shared.state import listing, outage
 from reactq.shared.state import migrate as schema
 from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import (
@@ -104,6 +104,9 @@ class SqlStateStore(SqlDocuments, SqlTodos):
     PostgreSQL, ``pool_size + max_overflow`` connections at most, each kept open.
     ``upgrade`` decides whether ``init`` may migrate the schema (see
     ``migrate.prepare_schema``; None: SQLite yes, PostgreSQL only when empty).
+    ``outage_seconds``: how long a call waits out a database that does not answer
+    (``outage.ride``; a worker's ``REACTQ_STORE_OUTAGE_SECONDS``), 0 (the default):
+    it fails at once, with the driver's error.
 
     ``engine`` (async) reaches the store's database on either backend;
     ``sync_engine`` is the one its transactions run on, whose events see every
@@ -120,6 +123,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
         max_overflow: int = 10,
         busy_timeout_seconds: float = 30.0,
         upgrade: bool | None = None,
+        outage_seconds: float = 0.0,
     ) -> None:
         if pool_size < 1 or max_overflow < 0 or busy_timeout_seconds <= 0:
             raise ValueError(
@@ -144,6 +148,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
         # None: SQLite (the embedded default) upgrades itself; PostgreSQL only
         # creates the schema in an empty database and leaves upgrades to the operator.
         self.upgrade = upgrade
+        self.outage_seconds = outage_seconds
         self._owns_engine = engine is None
         self.engine: AsyncEngine
         self.sync_engine: Engine
@@ -193,7 +198,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
             self._lock_schema(conn)
             schema.prepare_schema(conn, self.upgrade)
 
-        await self._write(prepare)
+        await self._write(prepare, ride=False)
 
     async def migrate(self, revision: str = "head") -> str:
         """Apply the schema migrations up to ``revision``; return the revision reached."""
@@ -202,7 +207,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
             self._lock_schema(conn)
             return schema.migrate(conn, revision)
 
-        return await self._write(op)
+        return await self._write(op, ride=False)
 
     async def schema_revision(self) -> str | None:
         """The database's schema revision (None for an empty database)."""
@@ -215,22 +220,31 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
     # --- transactions -------------------------------------------------------------
 
-    async def _read(self, op: Callable[[Connection], T]) -> T:
+    # Each rides out a database that is away for ``outage_seconds`` (``outage.ride``);
+    # ``ride=False``: one try, for callers with somewhere else to go (the audit log
+    # keeps its rows in Redis meanwhile) or that must answer at once (start-up).
+
+    async def _read(self, op: Callable[[Connection], T], *, ride: bool = True) -> T:
         """Run ``op`` in one read transaction."""
-        return await self._tx.read(op)
+        return await self._ride(functools.partial(self._tx.read, op), ride)
 
-    async def _write(self, op: Callable[[Connection], T]) -> T:
+    async def _write(self, op: Callable[[Connection], T], *, ride: bool = True) -> T:
         """Run ``op`` in one write transaction (on SQLite: retried while busy)."""
-        return await self._tx.write(op)
+        return await self._ride(functools.partial(self._tx.write, op), ride)
 
-    async def _write_each(self, op: Callable[[Connection], T]) -> T:
+    async def _write_each(self, op: Callable[[Connection], T], *, ride: bool = True) -> T:
         """Run ``op`` with each statement a transaction of its own on PostgreSQL (no
         BEGIN / COMMIT round trips: ``AsyncTransactions.autocommit``, whose terms
         ``op`` must meet); SQLite runs it as one write transaction, whose BEGIN and
         COMMIT cost no round trip (the writer thread runs them in the same hop)."""
         if isinstance(self._tx, AsyncTransactions):
-            return await self._tx.autocommit(op)
-        return await self._tx.write(op)
+            return await self._ride(functools.partial(self._tx.autocommit, op), ride)
+        return await self._ride(functools.partial(self._tx.write, op), ride)
+
+    async def _ride(self, call: Callable[[], Awaitable[T]], ride: bool) -> T:
+        if not ride or self.outage_seconds <= 0:
+            return await call()
+        return await outage.ride(call, self.outage_seconds, "a state store call")
 
     def _insert(self, table: Any) -> Any:
         return ops.dialect_insert(self.dialect, table)

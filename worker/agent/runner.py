@@ -35,6 +35,7 @@ from reactq.shared.errors import (
     AgentMismatchError,
     ReactqError,
     StaleLeaseError,
+    StoreUnavailableError,
     TurnCommittedError,
 )
 from reactq.shared.events import ErrorEvent, FileChangeEvent, FinalEvent
@@ -105,7 +106,9 @@ class AgentRunner:
         True) stops the turn between steps or mid-model-call; the final then has
         status ``cancelled`` and nothing is committed. Raises StaleLeaseError if
         the commit is refused because a newer lease exists, TurnCommittedError if
-        the turn was committed already (no final is emitted then), and re-raises
+        the turn was committed already (no final is emitted then),
+        StoreUnavailableError when a fenced turn's store stayed away past its outage
+        budget (no final: the caller gives the turn back), and re-raises
         CancelledError (the caller decides whether a
         cancelled task is final or re-run).
 
@@ -316,6 +319,8 @@ class AgentRunner:
         except REDIS_OUTAGE:
             raise  # not the turn's end: the pool leaves it in its slot and runs it again
         except Exception as exc:
+            if isinstance(exc, StoreUnavailableError) and fence is not None:
+                raise  # a pool turn: the drain gives it back to its queue, no final
             error = (
                 exc
                 if isinstance(exc, ReactqError)
