@@ -78,6 +78,7 @@ from reactq.shared.errors import (
     OverrideNotAllowedError,
     ParserError,
     ReactqError,
+    ReadOnlyError,
     ScheduleNotFoundError,
     SchemaVersionError,
     ServiceUnavailableError,
@@ -130,6 +131,7 @@ from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state.todos import TodoItem
+from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 from reactq.worker.agent import (
     AgentLoop,
@@ -239,6 +241,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "PendingApproval",
     "Producer",
     "Schedule",
+    "TenantIdentity",
     "SessionDeleted",
     "SessionDetail",
     "SessionUsage",
@@ -311,6 +314,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "InvalidCursorError",
     "InvalidDocumentError",
     "InvalidNamespaceError",
+    "ReadOnlyError",
     "ApprovalError",
     "ApprovalNotFoundError",
     "ApprovalClosedError",

@@ -81,7 +81,8 @@ def start_gateway(
     port: int | None = None,
     name: str = "gateway",
 ) -> Gateway:
-    """Start `reactq serve` on a free loopback port and wait for /healthz."""
+    """Start `reactq serve` on a free loopback port and wait for /healthz (up to 60 s: on
+    a loaded machine its imports alone took 30)."""
     port = port or free_port()
     log = log_dir / f"{name}-{port}.log"
     with open(log, "wb") as out:
@@ -93,7 +94,7 @@ def start_gateway(
             stderr=subprocess.STDOUT,
         )
     gateway = Gateway(f"http://127.0.0.1:{port}", key, proc, log)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
             raise AssertionError(f"the gateway exited:\n{gateway.logs()}")
@@ -104,7 +105,7 @@ def start_gateway(
             pass
         if time.monotonic() > deadline:
             gateway.stop()
-            raise AssertionError(f"the gateway did not answer in 30 s:\n{gateway.logs()}")
+            raise AssertionError(f"the gateway did not answer in 60 s:\n{gateway.logs()}")
         time.sleep(0.05)
 
 
