@@ -159,7 +159,9 @@ class Scoped:
     async def guard(self, request: Request) -> None:
         """404 unless the request's key may reach what the route touches."""
         scope = scope_of(request)
-        if scope is None or scope.unrestricted or self.touches in (Touches.LISTING, Touches.BODY):
+        if scope is None or (scope.prefix is None and scope.agents is None):
+            return  # reaches everything (``enforce_scope`` refused a read-only key's writes)
+        if self.touches in (Touches.LISTING, Touches.BODY):
             return
         producer = request.app.state.gateway.producer
         value = str(request.path_params[_PARAMS[self.touches]])
