@@ -63,6 +63,7 @@ from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
 from reactq.shared.state.todos import TodoItem
+from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides
 from reactq.shared.turns import (
     MultitaskStrategy,
@@ -305,6 +306,7 @@ class Producer:
         context: dict[str, Any] | None = None,
         overrides: dict[str, Any] | None = None,
         webhook: str | None = None,
+        tenant: TenantIdentity | None = None,
     ) -> TurnHandle:
         """Validate and enqueue a turn; returns its handle.
 
@@ -320,8 +322,11 @@ class Producer:
         knobs the agent allows (``Agent(overridable=...)``) for this turn only.
         ``webhook`` (else the agent's ``Agent(webhook=...)``) is POSTed, signed with
         REACTQ_WEBHOOK_SECRET, once the turn ends, however it ends (README, "Webhooks").
-        With the Celery broker unreachable the turn is still queued (a warning is
-        logged): a worker's reaper dispatches it once the broker is back.
+        ``tenant`` is who the turn acts for (``TenantIdentity``): its tools see it
+        (``ToolContext.tenant``) and the store tools keep to its namespaces. The gateway
+        passes its caller's key; this side is trusted, so nothing checks it against the
+        session id. With the Celery broker unreachable the turn is still queued (a
+        warning is logged): a worker's reaper dispatches it once the broker is back.
 
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
         session id, an empty, oversized or unencodable message (or image, or a part that
@@ -341,6 +346,10 @@ class Producer:
         _check_text(message)
         metadata = check_metadata(metadata)
         context = check_context(context, self.settings.max_context_bytes)
+        if tenant is not None and not isinstance(tenant, TenantIdentity):
+            raise InvalidTurnError(
+                f"tenant must be a TenantIdentity (or None), not {type(tenant).__name__}"
+            )
         if not isinstance(agent, str):
             # Before Redis is asked about it (redis-py refuses None with a DataError).
             raise UnknownAgentError(
@@ -374,6 +383,7 @@ class Producer:
             context=context,
             overrides=overrides,
             webhook=hook is not None,
+            tenant=tenant,
         )
         if hook is not None:
             # Before the push: whoever ends the turn, however soon, finds it.
@@ -697,6 +707,7 @@ class Producer:
         cron: str | None = None,
         every: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tenant: TenantIdentity | None = None,
     ) -> Schedule:
         """Schedule a turn: ``message`` to ``agent`` in ``session_id`` at each tick of
         ``cron`` (five fields, UTC: ``"0 9 * * 1-5"``) or every ``every`` seconds, fired
@@ -704,9 +715,18 @@ class Producer:
         ``scheduled_for`` (the tick). Raises InvalidScheduleError (a cron expression that
         is not valid or never fires, not exactly one of cron and every),
         InvalidSessionIdError, an empty or oversized message's error, UnknownAgentError
-        and AgentMismatchError, as ``submit`` does; nothing is stored then."""
+        and AgentMismatchError, as ``submit`` does; nothing is stored then. ``tenant``:
+        who its turns act for, as ``submit`` takes it (the gateway passes its caller's
+        key), kept on the schedule."""
         return await schedules.add_schedule(
-            self, session_id, message, agent=agent, cron=cron, every=every, metadata=metadata
+            self,
+            session_id,
+            message,
+            agent=agent,
+            cron=cron,
+            every=every,
+            metadata=metadata,
+            tenant=tenant,
         )
 
     async def list_schedules(self, session_id: str | None = None) -> list[Schedule]:

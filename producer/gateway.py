@@ -26,7 +26,9 @@ any of them can stream any session.
     GET  /healthz  /readyz  /openapi.json  /  (the watch page)
 
 Every ``/v1`` route wants ``Authorization: Bearer KEY`` when REACTQ_API_KEYS is set;
-a scoped key reaches its tenant's sessions and turns only (``gateway_scopes.py``).
+a scoped key reaches its tenant's sessions and turns only, each route declaring what
+it touches (``gateway_scopes.py``), and every turn it submits carries the key's
+identity (``shared/tenancy.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +73,15 @@ from reactq.producer.gateway_models import (
     TurnCreate,
 )
 from reactq.producer.gateway_schedules import router as schedules_router
-from reactq.producer.gateway_scopes import KeyScope, enforce_scope, pool_wide, scope_of
+from reactq.producer.gateway_scopes import (
+    KeyScope,
+    Touches,
+    check_declared,
+    enforce_scope,
+    pool_wide,
+    scope_of,
+    touches,
+)
 from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
 from reactq.producer.gateway_sessions import router as sessions_router
 from reactq.producer.gateway_sse import event_stream
@@ -188,7 +198,8 @@ async def _caller(
 CallerDep = Annotated[str | None, Depends(_caller)]
 ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
 
-# The key first (401), then its scopes (403 ``read_only``, 404 outside its tenant).
+# The key first (401), then read-only (403); each route's ``touches`` declaration
+# then answers 404 outside the key's tenant and agents.
 _GUARDS = [Depends(_require_key), Depends(enforce_scope)]
 
 router = APIRouter(prefix="/v1", dependencies=_GUARDS, responses=ERROR_RESPONSES)
@@ -196,6 +207,7 @@ router = APIRouter(prefix="/v1", dependencies=_GUARDS, responses=ERROR_RESPONSES
 
 @router.post(
     "/sessions/{session_id}/turns",
+    dependencies=[touches(Touches.SESSION)],
     status_code=202,
     response_model=TurnAccepted,
     summary="Submit a turn",
@@ -204,7 +216,9 @@ router = APIRouter(prefix="/v1", dependencies=_GUARDS, responses=ERROR_RESPONSES
 async def submit_turn(
     session_id: SessionId, body: TurnCreate, gateway: GatewayDep, scope: ScopeDep
 ) -> TurnAccepted:
-    """Validate and enqueue a turn; 409 when the strategy rejects it."""
+    """Validate and enqueue a turn; 409 when the strategy rejects it. The turn carries
+    the identity of the request's key (``TurnRequest.tenant``): no field of the body
+    sets it."""
     if scope is not None and not scope.may_run(body.agent):
         # Answered as an agent nobody hosts, so a key does not learn which others exist.
         raise GatewayError(
@@ -223,6 +237,7 @@ async def submit_turn(
         context=body.context,
         overrides=body.overrides,
         webhook=body.webhook,
+        tenant=scope,
     )
     queued_id = handle.queued.id or "0"
     ms = int(queued_id.split("-")[0])
@@ -238,6 +253,7 @@ async def submit_turn(
 
 @router.get(
     "/sessions/{session_id}/events",
+    dependencies=[touches(Touches.SESSION)],
     response_class=StreamingResponse,
     summary="Stream a session's events (Server-Sent Events)",
     responses={
@@ -308,6 +324,7 @@ async def stream_events(
 
 @router.get(
     "/sessions/{session_id}/messages",
+    dependencies=[touches(Touches.SESSION)],
     response_model=list[SessionMessage],
     summary="A session's conversation",
     responses={
@@ -347,6 +364,7 @@ async def session_messages(
 
 @router.get(
     "/turns/{turn_id}",
+    dependencies=[touches(Touches.TURN)],
     response_model=TurnInfo,
     summary="A turn's status",
     responses={404: ERROR_RESPONSES[404], 503: ERROR_RESPONSES[503]},
@@ -363,6 +381,7 @@ async def turn_info(turn_id: TurnId, gateway: GatewayDep) -> TurnInfo:
 
 @router.post(
     "/turns/{turn_id}/cancel",
+    dependencies=[touches(Touches.TURN)],
     status_code=202,
     response_model=CancelAccepted,
     summary="Cancel a turn",
@@ -404,6 +423,7 @@ async def cancel_turn(turn_id: TurnId, gateway: GatewayDep) -> CancelAccepted:
 
 @router.post(
     "/turns/{turn_id}/undo",
+    dependencies=[touches(Touches.TURN)],
     response_model=UndoReport,
     summary="Undo a turn's file changes",
     responses={
@@ -435,6 +455,7 @@ async def undo_turn(turn_id: TurnId, gateway: GatewayDep) -> UndoReport:
 
 @router.post(
     "/turns/{turn_id}/decisions",
+    dependencies=[touches(Touches.TURN)],
     response_model=DecisionsAccepted,
     summary="Approve or deny a turn's waiting tool calls",
     responses={404: ERROR_RESPONSES[404], 409: ERROR_RESPONSES[409]},
@@ -523,6 +544,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
         responses={**ERROR_RESPONSES, 503: ERROR_RESPONSES[503]},
     )
     install_metrics(app, [Depends(_require_key), Depends(pool_wide)])
+    check_declared(app)
 
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> Health:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reactq.producer.client import Producer
 from reactq.producer.gateway_errors import GatewayError
 from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
-from reactq.producer.gateway_scopes import scope_of
+from reactq.producer.gateway_scopes import Touches, scope_of, touches
 from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.protocol.registry import WorkerRegistry
 
@@ -50,7 +50,7 @@ def _registry(request: Request) -> tuple[WorkerRegistry, float]:
     return WorkerRegistry(producer.redis, producer.keys), producer.settings.heartbeat_seconds
 
 
-@router.get("/agents", response_model=AgentList)
+@router.get("/agents", response_model=AgentList, dependencies=[touches(Touches.LISTING)])
 async def list_agents(request: Request) -> AgentList:
     """The agents workers announced: each one's version, last announcement, whether a
     worker hosting it is live, and how many tools it offers."""
@@ -60,14 +60,18 @@ async def list_agents(request: Request) -> AgentList:
     return AgentList(agents=[a for a in found if scope is None or scope.may_run(a.name)])
 
 
-@router.get("/agents/{name}/tools", response_model=AgentTools, responses=_NOT_FOUND)
+@router.get(
+    "/agents/{name}/tools",
+    response_model=AgentTools,
+    responses=_NOT_FOUND,
+    dependencies=[touches(Touches.AGENT)],
+)
 async def agent_tools(request: Request, name: AgentName) -> AgentTools:
     """The tools the agent's model sees, each with its category (read, write, meta),
     source (local, bundle, mcp, builtin), origin and JSON schema."""
-    scope = scope_of(request)
     registry, _window = _registry(request)
-    # Another agent than the key's answers like one no worker hosts.
-    catalogue = await registry.catalogue(name) if scope is None or scope.may_run(name) else None
+    # Another agent than the key's was answered by the guard, like one no worker hosts.
+    catalogue = await registry.catalogue(name)
     if catalogue is None:
         raise GatewayError(
             f"no worker hosts an agent named {name!r} (or none published its tools)",

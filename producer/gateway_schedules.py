@@ -8,10 +8,12 @@
     POST   /v1/schedules/{id}/resume          fire again from its next tick  404
     DELETE /v1/schedules/{id}                 remove it              204 404
 
-A key scoped to a tenant sees and touches only the schedules of its sessions: the
-others answer 404 ``schedule_not_found`` as if they did not exist, and adding one to
-a session outside its prefix answers 404 ``session_not_found`` (``gateway_scopes``);
-a read-only key gets 403 on every write.
+A key scoped to a tenant sees and touches only the schedules of its sessions (and,
+with ``agents=``, of its agents): the others answer 404 ``schedule_not_found`` as if
+they did not exist, and adding one to a session outside its reach answers 404
+``session_not_found`` (``gateway_scopes``); a read-only key gets 403 on every write.
+A schedule keeps the identity of the key that added it, and every turn it fires
+carries that identity (``Schedule.tenant``).
 """
 
 from __future__ import annotations
@@ -24,11 +26,16 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.producer.client import Producer
 from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
-from reactq.producer.gateway_scopes import KeyScope, scope_of
+from reactq.producer.gateway_scopes import (
+    KeyScope,
+    Touches,
+    scope_of,
+    session_visible,
+    touches,
+)
 from reactq.shared.errors import (
     AgentMismatchError,
     EmptyMessageError,
@@ -113,7 +120,8 @@ def _answers(body: ScheduleCreate | None = None) -> Iterator[None]:
 
 router = APIRouter(tags=["schedules"])
 # Every route but the listing takes no query parameter.
-_NO_QUERY = [only_query()]
+_NO_QUERY = only_query()
+_ONE = [touches(Touches.SCHEDULE), _NO_QUERY]
 
 
 def _hidden(schedule_id: str) -> GatewayError:
@@ -122,13 +130,11 @@ def _hidden(schedule_id: str) -> GatewayError:
     )
 
 
-async def _visible(producer: Producer, scope: KeyScope | None, schedule_id: str) -> Schedule:
-    """The schedule, if the key may see it (else 404, whether it exists or not)."""
-    with _answers():
-        found = await producer.get_schedule(schedule_id)
-    if found is None or (scope is not None and not scope.sees_session(found.session_id)):
-        raise _hidden(schedule_id)
-    return found
+def _sees(scope: KeyScope | None, schedule: Schedule) -> bool:
+    """The guard's rule (``Touches.SCHEDULE``), for a listing."""
+    return scope is None or (
+        scope.sees_session(schedule.session_id) and scope.may_run(schedule.agent)
+    )
 
 
 @router.post(
@@ -136,7 +142,7 @@ async def _visible(producer: Producer, scope: KeyScope | None, schedule_id: str)
     status_code=201,
     response_model=Schedule,
     summary="Add a scheduled turn",
-    dependencies=_NO_QUERY,
+    dependencies=[touches(Touches.BODY), _NO_QUERY],
     responses={
         404: {
             "model": ErrorBody,
@@ -162,9 +168,12 @@ async def _visible(producer: Producer, scope: KeyScope | None, schedule_id: str)
     },
 )
 async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: ScopeDep) -> Schedule:
-    """Store a schedule; ``reactq beat`` submits its turn at each tick."""
+    """Store a schedule; ``reactq beat`` submits its turn at each tick, with the identity
+    of the key that added it."""
     if scope is not None and SESSION_ID_RE.fullmatch(body.session_id):
-        if not scope.sees_session(body.session_id):
+        with _answers():
+            visible = await session_visible(producer, scope, body.session_id)
+        if not visible:
             raise GatewayError(
                 f"no session {body.session_id!r}", status=404, error_code="session_not_found"
             )
@@ -184,6 +193,7 @@ async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: Scope
             cron=body.cron,
             every=body.every,
             metadata=body.metadata,
+            tenant=scope,
         )
 
 
@@ -191,7 +201,7 @@ async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: Scope
     "/schedules",
     response_model=ScheduleList,
     summary="List scheduled turns",
-    dependencies=[only_query("session_id")],
+    dependencies=[touches(Touches.LISTING), only_query("session_id")],
 )
 async def list_schedules(
     producer: ProducerDep,
@@ -203,36 +213,35 @@ async def list_schedules(
     """Every schedule the key may see (of one session, when given), oldest first."""
     with _answers():
         found = await producer.list_schedules(session_id)
-    if scope is not None:
-        found = [s for s in found if scope.sees_session(s.session_id)]
-    return ScheduleList(schedules=found)
+    return ScheduleList(schedules=[s for s in found if _sees(scope, s)])
 
 
 @router.get(
     "/schedules/{schedule_id}",
     response_model=Schedule,
     summary="A scheduled turn",
-    dependencies=_NO_QUERY,
+    dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def get_schedule(schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep) -> Schedule:
+async def get_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedule:
     """Its timing, whether it is paused, the tick it last fired for and its last turn
     (or why that firing submitted nothing)."""
-    return await _visible(producer, scope, schedule_id)
+    with _answers():
+        found = await producer.get_schedule(schedule_id)
+    if found is None:
+        raise _hidden(schedule_id)
+    return found
 
 
 @router.post(
     "/schedules/{schedule_id}/pause",
     response_model=Schedule,
     summary="Pause a scheduled turn",
-    dependencies=_NO_QUERY,
+    dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def pause_schedule(
-    schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep
-) -> Schedule:
+async def pause_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedule:
     """It fires nothing until resumed."""
-    await _visible(producer, scope, schedule_id)
     with _answers():
         return await producer.pause_schedule(schedule_id)
 
@@ -241,14 +250,11 @@ async def pause_schedule(
     "/schedules/{schedule_id}/resume",
     response_model=Schedule,
     summary="Resume a scheduled turn",
-    dependencies=_NO_QUERY,
+    dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def resume_schedule(
-    schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep
-) -> Schedule:
+async def resume_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedule:
     """It fires again from its next tick (the ticks missed while paused are not made up)."""
-    await _visible(producer, scope, schedule_id)
     with _answers():
         return await producer.resume_schedule(schedule_id)
 
@@ -258,14 +264,11 @@ async def resume_schedule(
     status_code=204,
     response_class=Response,
     summary="Remove a scheduled turn",
-    dependencies=_NO_QUERY,
+    dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def delete_schedule(
-    schedule_id: ScheduleId, producer: ProducerDep, scope: ScopeDep
-) -> Response:
+async def delete_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Response:
     """Remove it; the turns it submitted stay."""
-    await _visible(producer, scope, schedule_id)
     with _answers():
         await producer.delete_schedule(schedule_id)
     return Response(status_code=204)

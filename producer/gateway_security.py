@@ -83,7 +83,7 @@ class ApiKeys:
             if not (sep and key and _KEY_NAME.fullmatch(name)):
                 name, key = f"key{position}", head
             if not semicolon:
-                self._keys.append((KeyScope(name), key.encode()))
+                self._keys.append((KeyScope(name=name), key.encode()))
                 continue
             if not key or key.endswith(":"):
                 raise ConfigError(

@@ -13,7 +13,9 @@ their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
     PUT    /v1/sessions/{id}/active_branch       switch                         404
     POST   /v1/sessions/{id}/truncate            cut a branch                   404
 
-A key scoped to a tenant lists the sessions of its prefix only (``gateway_scopes``).
+A key scoped to a tenant lists the sessions of its prefix (and, with ``agents=``, of
+its agents) only; every other route answers 404 for a session outside them
+(``gateway_scopes``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from reactq.producer.gateway_models import (
     Truncated,
     TruncateRequest,
 )
-from reactq.producer.gateway_scopes import KeyScope, scope_of
+from reactq.producer.gateway_scopes import KeyScope, Touches, scope_of, touches
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.errors import (
@@ -137,15 +139,15 @@ async def _detail(producer: Producer, session_id: str) -> SessionDetail:
 
 async def _tenant_page(
     producer: Producer,
-    prefix: str,
+    scope: KeyScope,
     agent: str | None,
     metadata: dict[str, Any] | None,
     updated_since: float | None,
     limit: int,
     cursor: str | None,
 ) -> SessionPage:
-    """A page of the sessions whose id starts with ``prefix``: the stores list by
-    creation, not by id, so this reads their listing in large pages and keeps the
+    """A page of the sessions the key sees (its prefix, its agents): the stores list
+    by creation, not by id, so this reads their listing in large pages and keeps the
     tenant's. A cursor is a place in that order whatever the filter, so the page's
     last session makes its next_cursor as it does for an unfiltered listing."""
     page: list[SessionRecord] = []
@@ -158,7 +160,7 @@ async def _tenant_page(
             cursor=cursor,
         )
         for session in batch.sessions:
-            if not session.session_id.startswith(prefix):
+            if not (scope.sees_session(session.session_id) and scope.may_run(session.agent)):
                 continue
             if len(page) == limit:
                 return SessionPage(sessions=page, next_cursor=encode_cursor(key_of(page[-1])))
@@ -172,7 +174,10 @@ async def _tenant_page(
     "/sessions",
     response_model=SessionList,
     summary="List sessions",
-    dependencies=[only_query("agent", "metadata", "updated_since", "limit", "cursor")],
+    dependencies=[
+        touches(Touches.LISTING),
+        only_query("agent", "metadata", "updated_since", "limit", "cursor"),
+    ],
     responses={
         422: {
             "model": ErrorBody,
@@ -202,11 +207,13 @@ async def list_sessions(
         str | None, Query(max_length=1000, description="A page's next_cursor")
     ] = None,
 ) -> SessionList:
-    """The stored sessions, newest first, a page at a time."""
+    """The stored sessions, newest first, a page at a time (a scoped key's: of its
+    prefix and its agents)."""
     wanted = _metadata_filter(metadata or [])
-    prefix = None if scope is None else scope.prefix
+    if scope is not None and agent is not None and not scope.may_run(agent):
+        return SessionList(sessions=[])
     with _answers():
-        if prefix is None:
+        if scope is None or (scope.prefix is None and scope.agents is None):
             page = await producer.list_sessions(
                 agent=agent,
                 metadata=wanted,
@@ -215,7 +222,7 @@ async def list_sessions(
                 cursor=cursor,
             )
         else:
-            page = await _tenant_page(producer, prefix, agent, wanted, updated_since, limit, cursor)
+            page = await _tenant_page(producer, scope, agent, wanted, updated_since, limit, cursor)
     return SessionList(
         sessions=[SessionSummary.model_validate(s, from_attributes=True) for s in page.sessions],
         next_cursor=page.next_cursor,
@@ -224,6 +231,7 @@ async def list_sessions(
 
 @router.get(
     "/sessions/{session_id}",
+    dependencies=[touches(Touches.SESSION)],
     response_model=SessionDetail,
     summary="A session",
     responses=_NOT_FOUND,
@@ -236,6 +244,7 @@ async def get_session(session_id: SessionId, producer: ProducerDep) -> SessionDe
 
 @router.get(
     "/sessions/{session_id}/usage",
+    dependencies=[touches(Touches.SESSION)],
     response_model=SessionUsage,
     summary="A session's token and cost totals",
 )
@@ -249,6 +258,7 @@ async def get_session_usage(session_id: SessionId, producer: ProducerDep) -> Ses
 
 @router.patch(
     "/sessions/{session_id}",
+    dependencies=[touches(Touches.SESSION)],
     response_model=SessionDetail,
     summary="Change a session's metadata",
     responses=_NOT_FOUND,
@@ -266,7 +276,7 @@ async def patch_session(
     "/sessions/{session_id}",
     response_model=SessionDeleted,
     summary="Delete a session",
-    dependencies=[only_query("force")],
+    dependencies=[touches(Touches.SESSION), only_query("force")],
     responses={
         **_NOT_FOUND,
         409: {
@@ -291,6 +301,7 @@ async def delete_session(
 
 @router.get(
     "/sessions/{session_id}/turns",
+    dependencies=[touches(Touches.SESSION)],
     response_model=list[TurnInfo],
     summary="A session's turns",
     responses=_NOT_FOUND,
@@ -306,6 +317,7 @@ async def session_turns(session_id: SessionId, producer: ProducerDep) -> list[Tu
 
 @router.get(
     "/sessions/{session_id}/todos",
+    dependencies=[touches(Touches.SESSION)],
     response_model=list[TodoItem],
     summary="A session's todo list",
     responses=_NOT_FOUND,
@@ -322,6 +334,7 @@ async def session_todos(session_id: SessionId, producer: ProducerDep) -> list[To
 
 @router.get(
     "/sessions/{session_id}/branches",
+    dependencies=[touches(Touches.SESSION)],
     response_model=list[BranchInfo],
     summary="A session's branches",
     responses=_NOT_FOUND,
@@ -337,6 +350,7 @@ async def list_branches(session_id: SessionId, producer: ProducerDep) -> list[Br
 
 @router.post(
     "/sessions/{session_id}/branches",
+    dependencies=[touches(Touches.SESSION)],
     status_code=201,
     response_model=BranchInfo,
     summary="Fork a branch",
@@ -366,6 +380,7 @@ async def fork(session_id: SessionId, body: ForkRequest, producer: ProducerDep) 
 
 @router.put(
     "/sessions/{session_id}/active_branch",
+    dependencies=[touches(Touches.SESSION)],
     response_model=SessionDetail,
     summary="Switch the active branch",
     responses=_BRANCH_NOT_FOUND,
@@ -381,6 +396,7 @@ async def switch(
 
 @router.post(
     "/sessions/{session_id}/truncate",
+    dependencies=[touches(Touches.SESSION)],
     response_model=Truncated,
     summary="Cut a branch",
     responses=_BRANCH_NOT_FOUND,

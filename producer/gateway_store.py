@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import ErrorBody
+from reactq.producer.gateway_scopes import Touches, touches
 from reactq.producer.gateway_sessions import MetadataPair
 from reactq.producer.gateway_sessions import _metadata_filter as pairs_filter
 from reactq.shared.errors import InvalidCursorError, InvalidDocumentError
@@ -97,7 +98,10 @@ def _answers() -> Iterator[None]:
     "/store/{namespace}",
     response_model=DocumentPage,
     summary="Search a namespace's documents",
-    dependencies=[only_query("prefix", "query", "filter", "limit", "cursor")],
+    dependencies=[
+        touches(Touches.NAMESPACE),
+        only_query("prefix", "query", "filter", "limit", "cursor"),
+    ],
     responses={
         404: {
             "model": ErrorBody,
@@ -146,6 +150,7 @@ async def search(
 
 @router.get(
     "/store/{namespace}/{key}",
+    dependencies=[touches(Touches.NAMESPACE, inner=("key",))],
     response_model=Document,
     summary="A document",
     responses=_NOT_FOUND,
@@ -161,6 +166,7 @@ async def get_document(namespace: Namespace, key: Key, producer: ProducerDep) ->
 
 @router.put(
     "/store/{namespace}/{key}",
+    dependencies=[touches(Touches.NAMESPACE, inner=("key",))],
     response_model=Document,
     summary="Store a document",
     responses={422: {"model": ErrorBody, "description": "A value that cannot be stored"}},
@@ -176,6 +182,7 @@ async def put_document(
 
 @router.delete(
     "/store/{namespace}/{key}",
+    dependencies=[touches(Touches.NAMESPACE, inner=("key",))],
     response_model=DocumentDeleted,
     summary="Delete a document",
     responses=_NOT_FOUND,

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from reactq.producer.gateway_deps import ProducerDep
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import ErrorBody
+from reactq.producer.gateway_scopes import Touches, touches
 from reactq.shared.errors import ConfigError
 from reactq.shared.events import Event, QueuedEvent
 
@@ -40,6 +41,7 @@ router = APIRouter(tags=["turns"])
 
 @router.get(
     "/turns/{turn_id}/events",
+    dependencies=[touches(Touches.TURN)],
     response_model=TurnEvents,
     summary="A turn's events (from the stream, or the audit log once it expired)",
     responses={

@@ -23,6 +23,7 @@ from reactq.shared.errors import (
 )
 from reactq.shared.schedules import Schedule, check_timing, new_schedule_id
 from reactq.shared.state.schedules import ScheduleStore, schedules_for
+from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turn_inputs import check_metadata
 from reactq.shared.turns import check_message, validate_session_id
 
@@ -48,6 +49,7 @@ async def add_schedule(
     cron: str | None = None,
     every: int | None = None,
     metadata: Mapping[str, Any] | None = None,
+    tenant: TenantIdentity | None = None,
 ) -> Schedule:
     """Check and store a schedule (see ``Producer.add_schedule``)."""
     validate_session_id(session_id)
@@ -87,6 +89,7 @@ async def add_schedule(
         every=every,
         created_at=time.time(),
         metadata=checked,
+        tenant=tenant,
     )
     await (await schedule_store(producer)).add(schedule)
     return schedule
@@ -133,7 +136,11 @@ async def fire(producer: Producer, schedule_id: str, tick: float, claim_ttl: int
     metadata = {**schedule.metadata, "schedule_id": schedule_id, "scheduled_for": tick}
     try:
         handle = await producer.submit(
-            schedule.session_id, schedule.message, agent=schedule.agent, metadata=metadata
+            schedule.session_id,
+            schedule.message,
+            agent=schedule.agent,
+            metadata=metadata,
+            tenant=schedule.tenant,
         )
     except ReactqError as exc:
         log.warning("schedule %s: tick %d submitted nothing: %s", schedule_id, tick, exc)

@@ -43,6 +43,7 @@ from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage
 from reactq.shared.state.todos import TodoItem
+from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 T = TypeVar("T")
@@ -173,6 +174,7 @@ class SyncProducer:
         context: dict[str, Any] | None = None,
         overrides: dict[str, Any] | None = None,
         webhook: str | None = None,
+        tenant: TenantIdentity | None = None,
     ) -> SyncTurnHandle:
         """Validate and enqueue a turn (takes and raises like ``Producer.submit``)."""
         handle = self._loop.run(
@@ -185,6 +187,7 @@ class SyncProducer:
                 context=context,
                 overrides=overrides,
                 webhook=webhook,
+                tenant=tenant,
             )
         )
         return SyncTurnHandle(self._loop, handle)
@@ -326,12 +329,19 @@ class SyncProducer:
         cron: str | None = None,
         every: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tenant: TenantIdentity | None = None,
     ) -> Schedule:
         """Schedule a turn at each tick of ``cron`` or ``every`` seconds (see
         ``Producer.add_schedule``)."""
         return self._loop.run(
             self.producer.add_schedule(
-                session_id, message, agent=agent, cron=cron, every=every, metadata=metadata
+                session_id,
+                message,
+                agent=agent,
+                cron=cron,
+                every=every,
+                metadata=metadata,
+                tenant=tenant,
             )
         )
 

@@ -10,7 +10,7 @@ and ``GET /v1/turns/{id}`` answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -24,7 +24,7 @@ from reactq.shared.webhooks import WebhookStatus
 if TYPE_CHECKING:
     from reactq.producer.client import Producer
 
-__all__ = ["PendingCall", "TurnInfo", "find_turn", "summarize", "with_record"]
+__all__ = ["PendingCall", "TurnInfo", "find_turn", "summarize", "turn_session", "with_record"]
 
 SCAN_BATCH = 500
 
@@ -229,3 +229,26 @@ async def find_turn(producer: Producer, turn_id: str) -> TurnInfo | None:
         return None
     webhook = await producer.webhooks.status(info.session_id, turn_id)
     return info if webhook is None else info.model_copy(update={"webhook": webhook})
+
+
+async def turn_session(
+    producer: Producer, turn_id: str, visible: Callable[[str], Awaitable[bool]]
+) -> str | None:
+    """The turn's session if ``visible`` lets the caller see it, else None.
+
+    A turn the caller may not see takes the path of a turn that does not exist: one
+    Redis knows is looked for in the state store, one the store knows in the audit
+    log, as if neither knew it; so the three look-ups are made for a foreign turn as
+    for a missing one, and neither the answer nor the work behind it tells them apart
+    (the gateway's scope check, ``gateway_scopes``)."""
+    found = await producer.queue.turn_status(turn_id)
+    if found is not None and await visible(found[0]):
+        return found[0]
+    record = await (await producer.state_store()).get_turn(turn_id)
+    if record is not None and await visible(record.session_id):
+        return record.session_id
+    audit = await producer.audit_log()
+    events = [] if audit is None else await audit.turn_events(turn_id)
+    if events and await visible(events[0].session_id):
+        return events[0].session_id
+    return None

@@ -78,6 +78,7 @@ from reactq.shared.errors import (
     OverrideNotAllowedError,
     ParserError,
     ReactqError,
+    ReadOnlyError,
     ScheduleNotFoundError,
     SchemaVersionError,
     ServiceUnavailableError,
@@ -131,6 +132,7 @@ from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state.todos import TodoItem
+from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 from reactq.worker.agent import (
     AgentLoop,
@@ -240,6 +242,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "PendingApproval",
     "Producer",
     "Schedule",
+    "TenantIdentity",
     "SessionDeleted",
     "SessionDetail",
     "SessionUsage",
@@ -313,6 +316,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "InvalidCursorError",
     "InvalidDocumentError",
     "InvalidNamespaceError",
+    "ReadOnlyError",
     "ApprovalError",
     "ApprovalNotFoundError",
     "ApprovalClosedError",

@@ -45,6 +45,7 @@
     ├── InvalidDocumentError         invalid_document  (also a ValueError: a long-term store
     │   │                                               document's key, value or search)
     │   └── InvalidNamespaceError    invalid_namespace (not a tuple of well-formed segments)
+    ├── ReadOnlyError                read_only         (a write for a read-only key's turn)
     ├── ApprovalError                approval_error    (a decision on a waiting tool call refused)
     │   ├── ApprovalNotFoundError    approval_not_found (no such turn, or no such waiting call)
     │   ├── ApprovalClosedError      approval_closed   (the turn waits for nothing: finished,
@@ -358,6 +359,12 @@ class InvalidNamespaceError(InvalidDocumentError):
     """A long-term store namespace that is not 1-8 well-formed segments."""
 
     code = "invalid_namespace"
+
+
+class ReadOnlyError(ReactqError):
+    """A write on behalf of a read-only API key (``TenantIdentity.read_only``)."""
+
+    code = "read_only"
 
 
 class BranchError(ReactqError, ValueError):

@@ -22,6 +22,7 @@ from celery.schedules import schedule as interval
 from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.errors import InvalidScheduleError
+from reactq.shared.tenancy import TenantIdentity
 
 __all__ = [
     "SCHEDULE_ID_PATTERN",
@@ -72,6 +73,9 @@ class Schedule(BaseModel):
     """Why its last firing submitted nothing (``[code] message``); None when it did."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Kept on each turn it submits, beside ``schedule_id`` and ``scheduled_for``."""
+    tenant: TenantIdentity | None = None
+    """The identity of the API key that added it (None: none, or a trusted producer's
+    that named none): every turn it submits carries it (``TurnRequest.tenant``)."""
 
     @property
     def spec(self) -> str:

@@ -21,6 +21,7 @@ from reactq.shared.errors import (
     MessageTooLargeError,
     SchemaVersionError,
 )
+from reactq.shared.tenancy import TenantIdentity
 
 TURN_SCHEMA_VERSION = 1
 # 1-128 of [A-Za-z0-9._:-], but not "." or "..": in a URL path those are dot segments,
@@ -194,6 +195,12 @@ class TurnRequest(BaseModel):
     """Whether the producer registered a webhook for the turn: the worker looks its
     record up when the turn ends only if so (None, from a producer before 0.2.0: it
     looks), saving every other turn a Redis round trip."""
+    tenant: TenantIdentity | None = None
+    """Who the turn acts for: the API key the gateway stamped on it, or what a (trusted)
+    Python producer passed; None: nobody in particular (a gateway without keys, a
+    producer that named none, a payload from before 0.2.0). A field of its own, so no
+    ``metadata`` can set it (``shared/tenancy.py``); the worker hands it to every tool
+    call (``ToolContext.tenant``)."""
 
     @classmethod
     def parse(cls, raw: str | bytes) -> TurnRequest:

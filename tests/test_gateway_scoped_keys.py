@@ -21,6 +21,9 @@ from typing import Any
 import httpx2
 import pytest
 
+from reactq.producer.gateway import create_app
+from reactq.producer.gateway_scopes import Scoped, Touches, declared, v1_routes
+from reactq.shared.settings import Settings
 from tests.gateway_support import REACTQ, Gateway, read_until, start_gateway
 from tests.helpers import ROOT, running_pool, sleepy_lookup
 
@@ -51,6 +54,14 @@ class World:
     acme_doomed: str
     globex: str
     globex_turn: str
+    globex_schedule: str
+    """A schedule of the globex session."""
+    acme_schedule: str
+    """A schedule of the acme session (agent e2e)."""
+
+
+GLOBEX_NAMESPACE = "globex-notes"
+"""A long-term store namespace of globex's, holding the document ``k``."""
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +106,25 @@ def world(gateway: Gateway) -> World:
         acme_turn = finished_turn(admin, acme)
         finished_turn(admin, doomed)
         globex_turn = finished_turn(admin, globex)
-    return World(acme, acme_turn, doomed, globex, globex_turn)
+        stored = admin.put(f"/v1/store/{GLOBEX_NAMESPACE}/k", json={"value": {"text": "secret"}})
+        assert stored.status_code == 200, stored.text
+        schedules = [
+            admin.post(
+                "/v1/schedules",
+                json={"session_id": sid, "agent": "e2e", "message": "tick", "every": 86400},
+            )
+            for sid in (globex, acme)
+        ]
+        assert all(s.status_code == 201 for s in schedules), [s.text for s in schedules]
+    return World(
+        acme,
+        acme_turn,
+        doomed,
+        globex,
+        globex_turn,
+        schedules[0].json()["schedule_id"],
+        schedules[1].json()["schedule_id"],
+    )
 
 
 @dataclass(frozen=True)
@@ -274,3 +303,124 @@ def test_a_malformed_entry_stops_serve_with_a_config_error(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     assert "[config_error]" in done.stderr and "REACTQ_API_KEYS" in done.stderr
     assert "'tenant=x'" in done.stderr and "secret-k" not in done.stderr
+
+
+# --- issue 29, item 6: every route, walked from the app itself ------------------------
+
+# What a route's declaration reaches -> the key that must not reach the world's thing,
+# the path parameters naming that thing, and the code of the 404 it gets.
+_FOREIGN: dict[Touches, tuple[str, str]] = {
+    Touches.SESSION: ("acme", "session_not_found"),
+    Touches.TURN: ("acme", "turn_not_found"),
+    Touches.NAMESPACE: ("acme", "document_not_found"),
+    Touches.SCHEDULE: ("acme", "schedule_not_found"),
+    # Agents are the pool's, not a tenant's: a key limited to others does not see them.
+    Touches.AGENT: ("acme_other_agents", "unknown_agent"),
+    Touches.BODY: ("acme", "session_not_found"),
+}
+
+
+def _walked(gateway: Gateway) -> list[tuple[str, str, Scoped]]:
+    """Every /v1 route of the app `reactq serve` runs, with its declaration."""
+    app = create_app(Settings.from_env({"REACTQ_API_KEYS": API_KEYS}))
+    out = []
+    for method, path, route in v1_routes(app):
+        found = declared(route)
+        assert len(found) == 1, f"{method} {path} declares what it touches {len(found)} times"
+        out.append((method, path, found[0]))
+    return out
+
+
+def _fill(path: str, world: World, *, acme: bool = False) -> str:
+    return path.format(
+        session_id=world.acme if acme else world.globex,
+        turn_id=world.acme_turn if acme else world.globex_turn,
+        namespace=GLOBEX_NAMESPACE,
+        key="k",
+        schedule_id=world.acme_schedule if acme else world.globex_schedule,
+        name="e2e",
+    )
+
+
+def test_every_route_declares_its_scope_and_keeps_other_tenants_out(
+    gateway: Gateway, world: World
+) -> None:
+    """Walks the app's own routes, so a route added later is walked too: each declares
+    what it touches, another tenant's key gets 404 (as for a missing id) on each one
+    that names a thing, a listing shows it nothing of the other tenant, and a
+    read-only key gets 403 on every write."""
+    walked = _walked(gateway)
+    assert len(walked) >= 31
+    globex_body = {"session_id": world.globex, "agent": "e2e", "message": "x", "every": 60}
+    with (
+        client(gateway, "acme") as acme,
+        client(gateway, "acme_ro") as ro,
+        client(gateway, "acme_other_agents") as limited,
+        client(gateway, "admin") as admin,
+    ):
+        keys = {"acme": acme, "acme_other_agents": limited}
+        for method, path, scoped in walked:
+            where = f"{method} {path}"
+            body = globex_body if scoped.touches is Touches.BODY else {}
+            if method in ("GET", "HEAD"):
+                body = None
+            if scoped.touches is Touches.LISTING:
+                answer = acme.request(method, path)
+                assert answer.status_code == 200, (where, answer.text)
+                assert world.globex not in answer.text, where
+                assert world.globex_schedule not in answer.text, where
+                shown = limited.request(method, path)
+                assert shown.status_code == 200 and '"e2e"' not in shown.text, where
+            else:
+                who, code = _FOREIGN[scoped.touches]
+                answer = keys[who].request(method, _fill(path, world), json=body)
+                assert answer.status_code == 404, (where, answer.text)
+                assert answer.json()["code"] == code, (where, answer.text)
+            if method not in ("GET", "HEAD"):
+                refused = ro.request(method, _fill(path, world, acme=True), json=body)
+                assert refused.status_code == 403, (where, refused.text)
+                assert refused.json()["code"] == "read_only", where
+        # Nothing of globex's changed.
+        assert admin.get(f"/v1/sessions/{world.globex}").json()["metadata"] == {}
+        assert admin.get(f"/v1/store/{GLOBEX_NAMESPACE}/k").status_code == 200
+        assert admin.get(f"/v1/schedules/{world.globex_schedule}").json()["paused"] is False
+
+
+def test_a_key_limited_to_some_agents_does_not_reach_another_agents_sessions(
+    gateway: Gateway, world: World
+) -> None:
+    """Issue 29, item 6: a key with agents=support|billing read, PATCHed and forked the
+    sessions of agent e2e in its own prefix. Now they (and their turns and schedules)
+    answer 404 as a session that does not exist does, and its listings leave them out."""
+    with client(gateway, "acme_other_agents") as limited, client(gateway, "admin") as admin:
+        for method, path, scoped in _walked(gateway):
+            if scoped.touches not in (Touches.SESSION, Touches.TURN, Touches.SCHEDULE):
+                continue
+            body = None if method == "GET" else {}
+            if path.endswith("/turns") and method == "POST":
+                body = {"message": "hi", "agent": "support"}
+            answer = limited.request(method, _fill(path, world, acme=True), json=body)
+            assert answer.status_code == 404, (method, path, answer.text)
+        patched = limited.patch(f"/v1/sessions/{world.acme}", json={"metadata": {"x": 1}})
+        missing = limited.patch(
+            f"/v1/sessions/acme-none-{uuid.uuid4().hex[:6]}", json={"metadata": {"x": 1}}
+        )
+        assert patched.status_code == missing.status_code == 404
+        assert patched.json()["code"] == missing.json()["code"] == "session_not_found"
+        listed = limited.get("/v1/sessions", params={"limit": 1000}).json()["sessions"]
+        assert world.acme not in {s["session_id"] for s in listed}
+        detail = admin.get(f"/v1/sessions/{world.acme}").json()
+        assert "x" not in detail["metadata"]
+        assert [b["branch_id"] for b in admin.get(f"/v1/sessions/{world.acme}/branches").json()]
+
+
+def test_a_foreign_turn_and_a_missing_one_get_the_same_answer(
+    gateway: Gateway, world: World
+) -> None:
+    missing = f"t_{uuid.uuid4().hex}"
+    with client(gateway, "acme") as acme:
+        for suffix in ("", "/events"):
+            foreign = acme.get(f"/v1/turns/{world.globex_turn}{suffix}")
+            absent = acme.get(f"/v1/turns/{missing}{suffix}")
+            assert foreign.status_code == absent.status_code == 404
+            assert foreign.json() == absent.json()

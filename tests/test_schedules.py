@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from reactq import Producer, SyncProducer
+from reactq.producer.schedules import fire
 from reactq.shared.errors import (
     AgentMismatchError,
     EmptyMessageError,
@@ -30,6 +31,8 @@ from reactq.shared.schedules import Schedule, latest_tick, new_schedule_id, next
 from reactq.shared.settings import Settings
 from reactq.shared.state import open_store
 from reactq.shared.state.schedules import schedules_for
+from reactq.shared.tenancy import TenantIdentity
+from reactq.shared.turns import TurnRequest
 from tests.helpers import clean_env, run_cli
 from tests.state_fixtures import url_fixture  # noqa: F401 - the backends' fixture
 
@@ -82,12 +85,14 @@ async def test_the_store_keeps_schedules(url: str) -> None:
     try:
         store = schedules_for(state)
         session = f"s-{uuid.uuid4().hex[:10]}"
-        first = _schedule(session, created_at=1.0, metadata={"team": "ops"})
+        tenant = TenantIdentity(name="acme", prefix="s-", agents=frozenset({"alpha"}))
+        first = _schedule(session, created_at=1.0, metadata={"team": "ops"}, tenant=tenant)
         second = _schedule(session, cron=None, every=60, created_at=2.0)
         other = _schedule(f"o-{uuid.uuid4().hex[:10]}", created_at=3.0)
         for schedule in (second, other, first):
             await store.add(schedule)
         assert await store.get(first.schedule_id) == first
+        assert first.tenant == tenant
         assert [s.schedule_id for s in await store.find(session)] == [
             first.schedule_id,
             second.schedule_id,
@@ -308,3 +313,20 @@ def test_beat_refuses_a_memory_state_store(settings: Settings) -> None:
     refused = run_cli(env, "beat")
     assert refused.returncode == 2 and "[config_error]" in refused.stderr, refused.stderr
     assert "REACTQ_DATABASE_URL" in refused.stderr
+
+
+async def test_a_fired_turn_acts_for_the_key_that_added_its_schedule(producer: Producer) -> None:
+    """Issue 29: the identity a schedule was added with (the gateway passes its caller's
+    key) is the ``tenant`` of every turn it fires, whatever its metadata says."""
+    session = f"acme-{uuid.uuid4().hex[:10]}"
+    acme = TenantIdentity(name="acme", prefix="acme-")
+    added = await producer.add_schedule(
+        session, "report", agent="alpha", every=60, metadata={"tenant": "beta"}, tenant=acme
+    )
+    assert (await producer.get_schedule(added.schedule_id)) == added
+    turn_id = await fire(producer, added.schedule_id, added.created_at + 60, claim_ttl=3600)
+    assert turn_id is not None
+    pending = await producer.redis.lrange(producer.keys.pending(session), 0, -1)
+    turns = [TurnRequest.parse(raw) for raw in pending]
+    assert [(t.turn_id, t.tenant) for t in turns] == [(turn_id, acme)]
+    assert turns[0].metadata["tenant"] == "beta"

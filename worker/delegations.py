@@ -170,6 +170,8 @@ class PoolDelegator:
             context=dict(context.context),
             overrides=budget,
             webhook=False,
+            # The parent's identity: a child acts for whom its parent acts for.
+            tenant=context.tenant,
             metadata={
                 DELEGATION_METADATA: {
                     "parent_session": parent_sid,

@@ -547,6 +547,7 @@ class Drainer:
                 context=turn.context,
                 metadata=turn.metadata,
                 overrides=turn.overrides,
+                tenant=turn.tenant,
             )
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
         except AwaitingChildren as waiting:

@@ -8,6 +8,14 @@ Each call works in one namespace, chosen from the turn it serves::
     agent = Agent(name="assistant",
                   tools=memory_tools(namespace=lambda ctx: ("users", ctx.metadata["user_id"])))
 
+and kept inside the tenant the turn acts for (``ToolContext.tenant``, the API key that
+submitted it; ``shared/tenancy.py``): the namespace chosen is put under the tenant's
+prefix (``acme-users.alice`` for a key with ``prefix=acme-``), where that key's
+``/v1/store`` routes find it and no other tenant's key, turn or metadata can reach.
+So the metadata only picks a user among the tenant's own; a turn with no tenant (a
+gateway without keys, an unscoped key, a producer that named none) uses the namespace
+as chosen.
+
 ``remember`` stores a fact (``{"text": ...}``, keyed by a digest of the text unless
 the model names a key, so a re-run call stores it once), ``recall`` lists the facts
 whose key or text contains a query, and ``forget`` deletes one. A fact saved in one
@@ -24,10 +32,17 @@ from typing import Annotated
 
 from pydantic import Field
 
-from reactq.shared.errors import ReactqError, ToolError
+from reactq.shared.errors import ReactqError, ReadOnlyError, ToolError
 from reactq.shared.settings import Settings
 from reactq.shared.state import open_store
-from reactq.shared.state.documents import DocumentStore, Namespace, NamespaceLike, check_namespace
+from reactq.shared.state.documents import (
+    DocumentStore,
+    Namespace,
+    NamespaceLike,
+    TenantDocuments,
+    check_namespace,
+    tenant_namespace,
+)
 from reactq.worker.agent.tools import Tool, ToolContext, tool
 
 __all__ = ["MemoryToolError", "memory_tools"]
@@ -68,19 +83,22 @@ class _Opener:
 
 
 def _chooser(namespace: NamespaceChoice) -> Callable[[ToolContext], Namespace]:
-    if not callable(namespace):
-        fixed = check_namespace(namespace)
-        return lambda _ctx: fixed
+    """The namespace a call chose, checked as its turn's tenant will see it (the store
+    the tools use, ``TenantDocuments``, puts it under the tenant's prefix)."""
+    fixed = None if callable(namespace) else check_namespace(namespace)
 
     def choose(ctx: ToolContext) -> Namespace:
         try:
-            return check_namespace(namespace(ctx))
-        except ReactqError as exc:
-            raise MemoryToolError(f"this turn's memory namespace is invalid: {exc}") from None
+            chosen = fixed if fixed is not None else namespace(ctx)  # type: ignore[operator]
         except Exception as exc:
             raise MemoryToolError(
                 f"no memory namespace for this turn ({type(exc).__name__}: {exc})"
             ) from None
+        try:
+            tenant_namespace(ctx.tenant, chosen)
+            return check_namespace(chosen)
+        except ReactqError as exc:
+            raise MemoryToolError(f"this turn's memory namespace is invalid: {exc}") from None
 
     return choose
 
@@ -100,10 +118,16 @@ def memory_tools(
     reads. ``store`` is the store to use (a ``StateStore``); by default each worker
     opens the state database of ``settings`` (``Settings.from_env()``), where
     ``Producer.store`` finds the same documents. ``read_only`` leaves out
-    ``remember`` and ``forget``.
+    ``remember`` and ``forget``. Every call keeps to its turn's tenant
+    (``ToolContext.tenant``): the namespace goes under the tenant's prefix, and a
+    read-only key's turn remembers and forgets nothing.
     """
     choose = _chooser(namespace)
     opened = _Opener(store, settings)
+
+    async def tenants(ctx: ToolContext) -> TenantDocuments:
+        # Whatever the namespace, the call reaches its turn's tenant's documents only.
+        return TenantDocuments(await opened(), ctx.tenant)
 
     @tool(writes=True)
     async def remember(
@@ -116,7 +140,10 @@ def memory_tools(
         space = choose(ctx)
         name = key or "m-" + hashlib.sha256(fact.encode("utf-8", "replace")).hexdigest()[:16]
         value = {"text": fact, "session_id": ctx.session_id, "turn_id": ctx.turn_id}
-        await (await opened()).put_document(space, name, value)
+        try:
+            await (await tenants(ctx)).put_document(space, name, value)
+        except ReadOnlyError as exc:
+            raise MemoryToolError(exc.message) from None
         return f"Remembered as {name}."
 
     @tool
@@ -128,7 +155,8 @@ def memory_tools(
         """Recall remembered facts whose text contains ``query`` (every fact when it is
         empty), one a line as ``key: fact``."""
         space = choose(ctx)
-        page = await (await opened()).search_documents(space, query=query or None, limit=limit)
+        found = await tenants(ctx)
+        page = await found.search_documents(space, query=query or None, limit=limit)
         if not page.documents:
             return "Nothing remembered" + (f" matches {query!r}." if query else ".")
         lines = [f"{d.key}: {d.value.get('text', d.value)}" for d in page.documents]
@@ -142,7 +170,11 @@ def memory_tools(
     ) -> str:
         """Forget the fact remembered under ``key`` (as ``recall`` lists it)."""
         space = choose(ctx)
-        if await (await opened()).delete_document(space, key):
+        try:
+            forgotten = await (await tenants(ctx)).delete_document(space, key)
+        except ReadOnlyError as exc:
+            raise MemoryToolError(exc.message) from None
+        if forgotten:
             return f"Forgot {key}."
         return f"Nothing was remembered as {key}."
 

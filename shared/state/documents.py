@@ -12,6 +12,12 @@ those whose key starts with ``prefix``, whose value holds every top-level field 
 values contains it (case-insensitively). Every backend reads the namespace in key
 order in batches and ``collect`` applies the filters here, so they match the same
 documents on all of them.
+
+``TenantDocuments`` is a store seen by one tenant (``shared/tenancy.py``): every
+namespace it is given is put under the tenant's prefix (``("users", "alice")`` is
+``acme-users.alice`` for ``prefix=acme-``), the namespaces the gateway's store routes
+let that tenant's key reach, so a tool's namespace cannot leave the tenant whatever
+the model or the turn's metadata chose.
 """
 
 from __future__ import annotations
@@ -25,7 +31,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.shared.errors import InvalidCursorError, InvalidDocumentError, InvalidNamespaceError
+from reactq.shared.errors import (
+    InvalidCursorError,
+    InvalidDocumentError,
+    InvalidNamespaceError,
+    ReadOnlyError,
+)
+from reactq.shared.tenancy import TenantIdentity
 
 MAX_SEGMENTS = 8
 """The most segments a namespace may have."""
@@ -296,3 +308,70 @@ def load_document(namespace: Namespace, key: str, raw: Any) -> Document:
         created_at=record["created_at"],
         updated_at=record["updated_at"],
     )
+
+
+# --- a tenant's view ---------------------------------------------------------------
+
+
+def tenant_namespace(tenant: TenantIdentity | None, namespace: NamespaceLike) -> Namespace:
+    """``namespace`` put under the tenant's prefix (unchanged without a tenant or a
+    prefix): ``acme-`` and ``("users", "alice")`` make ``("acme-users", "alice")``.
+    InvalidNamespaceError when either the namespace, or it under the prefix, is not
+    well formed (a prefix with ``..`` in it, or a ninth segment)."""
+    space = check_namespace(namespace)
+    if tenant is None or tenant.prefix is None:
+        return space
+    # The prefix starts the dotted name: what ``TenantIdentity.sees_namespace`` (the
+    # gateway's store routes' check) lets the tenant's key reach.
+    return check_namespace(tenant.prefix + dotted(space))
+
+
+class TenantDocuments:
+    """A ``DocumentStore`` as one tenant sees it: every namespace under its prefix
+    (``tenant_namespace``), and no write for a read-only key (ReadOnlyError). The
+    documents it returns carry the namespace as stored."""
+
+    def __init__(self, store: DocumentStore, tenant: TenantIdentity | None) -> None:
+        self.store = store
+        """The store underneath, which sees every tenant's documents."""
+        self.tenant = tenant
+        """Whose view this is (None: the whole store)."""
+
+    def _writable(self, namespace: NamespaceLike) -> Namespace:
+        if self.tenant is not None and self.tenant.read_only:
+            raise ReadOnlyError(f"the API key {self.tenant.name!r} is read-only")
+        return tenant_namespace(self.tenant, namespace)
+
+    async def put_document(
+        self, namespace: NamespaceLike, key: str, value: Mapping[str, Any]
+    ) -> Document:
+        """``DocumentStore.put_document`` in the tenant's namespace."""
+        return await self.store.put_document(self._writable(namespace), key, value)
+
+    async def get_document(self, namespace: NamespaceLike, key: str) -> Document | None:
+        """``DocumentStore.get_document`` in the tenant's namespace."""
+        return await self.store.get_document(tenant_namespace(self.tenant, namespace), key)
+
+    async def delete_document(self, namespace: NamespaceLike, key: str) -> bool:
+        """``DocumentStore.delete_document`` in the tenant's namespace."""
+        return await self.store.delete_document(self._writable(namespace), key)
+
+    async def search_documents(
+        self,
+        namespace: NamespaceLike,
+        *,
+        prefix: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        limit: int = 10,
+        cursor: str | None = None,
+    ) -> DocumentPage:
+        """``DocumentStore.search_documents`` in the tenant's namespace."""
+        return await self.store.search_documents(
+            tenant_namespace(self.tenant, namespace),
+            prefix=prefix,
+            filter=filter,
+            query=query,
+            limit=limit,
+            cursor=cursor,
+        )

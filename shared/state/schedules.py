@@ -24,6 +24,7 @@ from reactq.shared.state.memory import MemoryStateStore
 from reactq.shared.state.redis import RedisStateStore
 from reactq.shared.state.sql import SqlStateStore
 from reactq.shared.state.sql_schema import schedules as table
+from reactq.shared.tenancy import TenantIdentity
 
 __all__ = ["ScheduleStore", "schedules_for"]
 
@@ -102,19 +103,23 @@ class MemoryScheduleStore:
 
 
 def _row(schedule: Schedule) -> dict[str, Any]:
+    tenant = schedule.tenant
     return {
-        **schedule.model_dump(exclude={"metadata", "paused"}),
+        **schedule.model_dump(exclude={"metadata", "paused", "tenant"}),
         "paused": int(schedule.paused),
         "metadata": json.dumps(schedule.metadata) if schedule.metadata else None,
+        "tenant": None if tenant is None else tenant.model_dump_json(),
     }
 
 
 def _schedule(row: Any) -> Schedule:
+    tenant = row.get("tenant")
     return Schedule(
         **{
             **row,
             "paused": bool(row["paused"]),
             "metadata": json.loads(row["metadata"]) if row["metadata"] else {},
+            "tenant": None if tenant is None else TenantIdentity.model_validate_json(tenant),
         }
     )
 

@@ -38,7 +38,7 @@ from reactq.shared.state.text import MARK, dec, dump_extra, dump_parts, enc, loa
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -180,6 +180,8 @@ schedules = Table(
     Column("last_error", Text, nullable=True),
     # JSON text (NULL: none).
     Column("metadata", Text, nullable=True),
+    # The identity of the key that added it, JSON text (NULL: none).
+    Column("tenant", Text, nullable=True),
 )
 
 # The long-term store (``shared/state/documents.py``): a namespace is stored dotted;

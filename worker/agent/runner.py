@@ -44,6 +44,7 @@ from reactq.shared.messages import ChatMessage
 from reactq.shared.protocol.approvals import Decision
 from reactq.shared.redis_client import REDIS_OUTAGE
 from reactq.shared.state.base import StateStore, StepStore, TurnCheckpoint, TurnRecord
+from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.context_policy import model_view
@@ -99,6 +100,7 @@ class AgentRunner:
         context: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        tenant: TenantIdentity | None = None,
     ) -> FinalEvent:
         """Run one turn and return its (already emitted) final event.
 
@@ -133,7 +135,8 @@ class AgentRunner:
         model call. Every final carries the agent's ``config_version``.
 
         ``parts``: the message as content parts (text and images), stored with it and
-        sent to the model in its place; ``message`` is their text.
+        sent to the model in its place; ``message`` is their text. ``tenant``: who the
+        turn acts for (``ToolContext.tenant``).
         """
         cost: float | None = None
         code: str | None = None
@@ -228,6 +231,7 @@ class AgentRunner:
                 store=self.store,
                 emitter=emitter,
                 fence=fence,
+                tenant=tenant,
             )
 
             async def on_step(step: int, steps: list[ChatMessage]) -> None:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from reactq.shared.catalogue import ToolCategory, ToolInfo, ToolSource
 from reactq.shared.errors import ToolError
+from reactq.shared.tenancy import TenantIdentity
 
 if TYPE_CHECKING:
     from reactq.shared.bus import TurnEmitter
@@ -64,6 +65,12 @@ class ToolContext:
     """The token of the session's lease this run holds (None: unfenced, outside a
     pool): what tools that write the ``store`` pass, so that a worker that lost the
     lease writes nothing (the todo list)."""
+    tenant: TenantIdentity | None = None
+    """Who the turn acts for: the API key that submitted it through the gateway (or
+    what a Python producer passed), never what its ``metadata`` or ``context`` say.
+    The memory tools keep to its namespaces; a tool of its own that opens the
+    long-term store does so through ``TenantDocuments(store, ctx.tenant)``
+    (``shared/state/documents.py``)."""
 
 
 PromptSection: TypeAlias = Callable[[ToolContext], Awaitable[str | None]]
