@@ -168,3 +168,34 @@ async def test_the_gateway_accepts_a_turn_while_the_database_is_away(
                 return status == "completed"
 
             await wait_until(completed, 90, f"the turn completed\n{pool.logs()}")
+
+
+async def test_a_turn_past_the_budget_is_given_back_and_completes_later(
+    redis_url: str, namespace: str, tmp_path: Path, proxy: DatabaseProxy
+) -> None:
+    """With REACTQ_STORE_OUTAGE_SECONDS=1 the turn outlives its worker's budget: it is
+    given back (no error final), re-dispatched by the reaper, and completes once the
+    database is back, with exactly one final."""
+    server = ScriptedServer(sleepy_lookup)
+    with scripted_pool(
+        redis_url,
+        f"{namespace}-dbb",
+        tmp_path,
+        server,
+        REACTQ_DATABASE_URL=proxy.url,
+        REACTQ_STORE_OUTAGE_SECONDS="1",
+        **FAST,
+    ) as (env, pool):
+        async with Producer(Settings.from_env(env)) as producer:
+            session = f"dbb-{time.monotonic_ns()}"
+            proxy.down()
+            try:
+                handle = await producer.submit(session, "hello", agent="e2e")
+                await wait_until(lambda: "given back" in pool.logs(), 60, "a give-back")
+                assert await finals_of(producer, session) == []
+            finally:
+                proxy.up()
+            final = await handle.result(timeout=90)
+            assert final.status == TurnStatus.COMPLETED and final.attempt >= 2
+            assert len(await finals_of(producer, session)) == 1
+            assert len(await producer.history(session)) == 4
