@@ -47,7 +47,7 @@ from reactq.shared.file_undo import (
     revert_turn,
 )
 from reactq.shared.keys import Keys
-from reactq.shared.messages import ChatMessage
+from reactq.shared.messages import MAX_SEQUENCE, ChatMessage
 from reactq.shared.netcheck import AllowList
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
@@ -623,6 +623,9 @@ class Producer:
         by default). Inherited messages stay, and a branch forked inside the cut keeps its
         history; a no-op on an unknown session or branch (see ``StateStore.truncate_after``)."""
         validate_session_id(session_id)
+        # No message sits past MAX_SEQUENCE: a cut there is one at the end, which a SQL
+        # column could not even compare with.
+        after_sequence = min(after_sequence, MAX_SEQUENCE)
         await (await self.state_store()).truncate_after(session_id, after_sequence, branch)
 
     async def list_sessions(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reactq.shared.errors import InvalidScheduleError
 
 __all__ = [
+    "MAX_EVERY",
     "SCHEDULE_ID_PATTERN",
     "Schedule",
     "celery_schedule",
@@ -36,6 +37,9 @@ __all__ = [
 
 SCHEDULE_ID_PATTERN = r"^sch_[a-f0-9]{16}$"
 """A schedule id: ``sch_`` then 16 hex digits."""
+
+MAX_EVERY = 2**31 - 1
+"""The longest interval (seconds, about 68 years): the SQL column is a 32-bit INTEGER."""
 
 # How far a cron search looks for a matching day (a Feb 29 that is also a Monday
 # comes every 28 years).
@@ -118,14 +122,15 @@ def parse_cron(expression: str) -> crontab:
 
 def check_timing(cron: str | None, every: int | None) -> None:
     """Refuse anything but exactly one of a valid cron expression or an interval of
-    whole seconds >= 1 (InvalidScheduleError)."""
+    whole seconds from 1 to ``MAX_EVERY`` (InvalidScheduleError)."""
     if (cron is None) == (every is None):
         raise InvalidScheduleError("give a schedule either a cron expression or every=SECONDS")
     if cron is not None:
         parse_cron(cron)
-    elif isinstance(every, bool) or not isinstance(every, int) or every < 1:
+    elif isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= MAX_EVERY:
         raise InvalidScheduleError(
-            f"every= wants a whole number of seconds >= 1, got {every!r:.60}", every=str(every)
+            f"every= wants a whole number of seconds from 1 to {MAX_EVERY}, got {every!r:.60}",
+            every=str(every)[:60],
         )
 
 

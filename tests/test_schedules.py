@@ -171,7 +171,9 @@ async def test_producer_adds_lists_pauses_resumes_and_removes(producer: Producer
         ("s-{u}", "hi", "alpha", {"cron": "0 9 * *"}, InvalidScheduleError, "has 4 fields"),
         ("s-{u}", "hi", "alpha", {"cron": "61 * * * *"}, InvalidScheduleError, "not valid"),
         ("s-{u}", "hi", "alpha", {"cron": "0 0 31 2 *"}, InvalidScheduleError, "never occurs"),
-        ("s-{u}", "hi", "alpha", {"every": 0}, InvalidScheduleError, ">= 1"),
+        ("s-{u}", "hi", "alpha", {"every": 0}, InvalidScheduleError, "from 1 to 2147483647"),
+        ("s-{u}", "hi", "alpha", {"every": 2**31}, InvalidScheduleError, "from 1 to 2147483647"),
+        ("s-{u}", "hi", "alpha", {"every": 10**30}, InvalidScheduleError, "got 1000000"),
         ("s-{u}", "hi", "alpha", {}, InvalidScheduleError, "either a cron expression"),
         (
             "s-{u}",
