@@ -701,7 +701,9 @@ class Producer:
         ``cron`` (five fields, UTC: ``"0 9 * * 1-5"``) or every ``every`` seconds, fired
         by ``reactq beat``. Each turn carries ``metadata`` plus ``schedule_id`` and
         ``scheduled_for`` (the tick). Raises InvalidScheduleError (a cron expression that
-        is not valid or never fires, not exactly one of cron and every),
+        is not valid or never fires, not exactly one of cron and every) and its
+        ScheduleTooFrequentError (ticks closer than REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS),
+        TooManySchedulesError (the namespace has REACTQ_MAX_SCHEDULES_PER_TENANT),
         InvalidSessionIdError, an empty or oversized message's error, UnknownAgentError
         and AgentMismatchError, as ``submit`` does; nothing is stored then."""
         return await schedules.add_schedule(

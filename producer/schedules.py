@@ -19,6 +19,7 @@ from reactq.shared.errors import (
     AgentMismatchError,
     ReactqError,
     ScheduleNotFoundError,
+    TooManySchedulesError,
     UnknownAgentError,
 )
 from reactq.shared.schedules import Schedule, check_timing, new_schedule_id
@@ -48,11 +49,18 @@ async def add_schedule(
     cron: str | None = None,
     every: int | None = None,
     metadata: Mapping[str, Any] | None = None,
+    tenant: str | None = None,
 ) -> Schedule:
-    """Check and store a schedule (see ``Producer.add_schedule``)."""
-    validate_session_id(session_id)
-    check_timing(cron, every)
+    """Check and store a schedule (see ``Producer.add_schedule``).
+
+    ``tenant``: the session prefix of the caller's scoped key; the tenant's schedules
+    (every schedule without one) may number ``REACTQ_MAX_SCHEDULES_PER_TENANT``. The
+    count is read before the add, so adds racing from two processes may pass it by
+    their number: a cap against a runaway client, not an exact quota.
+    """
     settings = producer.settings
+    validate_session_id(session_id)
+    check_timing(cron, every, settings.schedule_min_interval_seconds)
     if not isinstance(message, str):
         message = str(message)  # check_message names what is wrong with text alone
     text, _ = check_message(
@@ -78,6 +86,8 @@ async def add_schedule(
             session_id=session_id,
             agent=owner,
         )
+    store = await schedule_store(producer)
+    await _check_cap(store, tenant, settings.max_schedules_per_tenant)
     schedule = Schedule(
         schedule_id=new_schedule_id(),
         session_id=session_id,
@@ -88,8 +98,22 @@ async def add_schedule(
         created_at=time.time(),
         metadata=checked,
     )
-    await (await schedule_store(producer)).add(schedule)
+    await store.add(schedule)
     return schedule
+
+
+async def _check_cap(store: ScheduleStore, tenant: str | None, cap: int) -> None:
+    """TooManySchedulesError when the tenant has ``cap`` schedules already."""
+    found = await store.find()
+    count = sum(1 for s in found if tenant is None or s.session_id.startswith(tenant))
+    if count >= cap:
+        whose = f"tenant {tenant!r}" if tenant is not None else "this namespace"
+        raise TooManySchedulesError(
+            f"{whose} has {count} schedules, the most it may have "
+            "(REACTQ_MAX_SCHEDULES_PER_TENANT): remove one before adding another",
+            tenant=tenant,
+            limit=cap,
+        )
 
 
 async def set_paused(producer: Producer, schedule_id: str, paused: bool) -> Schedule:
