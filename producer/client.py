@@ -48,7 +48,7 @@ from reactq.shared.file_undo import (
     revert_turn,
 )
 from reactq.shared.keys import Keys
-from reactq.shared.messages import ChatMessage
+from reactq.shared.messages import MAX_SEQUENCE, ChatMessage
 from reactq.shared.netcheck import AllowList
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
@@ -637,6 +637,9 @@ class Producer:
         by default). Inherited messages stay, and a branch forked inside the cut keeps its
         history; a no-op on an unknown session or branch (see ``StateStore.truncate_after``)."""
         validate_session_id(session_id)
+        # No message sits past MAX_SEQUENCE: a cut there is one at the end, which a SQL
+        # column could not even compare with.
+        after_sequence = min(after_sequence, MAX_SEQUENCE)
         await (await self.state_store()).truncate_after(session_id, after_sequence, branch)
 
     async def list_sessions(
@@ -713,7 +716,9 @@ class Producer:
         ``cron`` (five fields, UTC: ``"0 9 * * 1-5"``) or every ``every`` seconds, fired
         by ``reactq beat``. Each turn carries ``metadata`` plus ``schedule_id`` and
         ``scheduled_for`` (the tick). Raises InvalidScheduleError (a cron expression that
-        is not valid or never fires, not exactly one of cron and every),
+        is not valid or never fires, not exactly one of cron and every) and its
+        ScheduleTooFrequentError (ticks closer than REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS),
+        TooManySchedulesError (the namespace has REACTQ_MAX_SCHEDULES_PER_TENANT),
         InvalidSessionIdError, an empty or oversized message's error, UnknownAgentError
         and AgentMismatchError, as ``submit`` does; nothing is stored then. ``tenant``:
         who its turns act for, as ``submit`` takes it (the gateway passes its caller's

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.content import ContentPart
-from reactq.shared.messages import ChatMessage
+from reactq.shared.messages import MAX_SEQUENCE, ChatMessage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 AGENT_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -217,7 +217,7 @@ class ForkRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    from_sequence: int = Field(ge=0)
+    from_sequence: int = Field(ge=0, le=MAX_SEQUENCE)
     """Keep messages 1..from_sequence of the source branch (0: an empty branch)."""
     branch: str | None = Field(None, pattern=BRANCH_PATTERN)
     """The branch to fork (default: the active one)."""
@@ -241,7 +241,7 @@ class TruncateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    after: int = Field(ge=0)
+    after: int = Field(ge=0, le=MAX_SEQUENCE)
     """Delete the branch's own messages after this sequence."""
     branch: str | None = Field(None, pattern=BRANCH_PATTERN)
     """The branch (default: the active one)."""

@@ -8,6 +8,12 @@
     POST   /v1/schedules/{id}/resume          fire again from its next tick  404
     DELETE /v1/schedules/{id}                 remove it              204 404
 
+An interval under REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS (or a cron expression whose ticks
+come closer) answers 422 ``schedule_too_frequent``. A tenant (a scoped key's session
+prefix; for a key without one, the whole namespace) may have
+REACTQ_MAX_SCHEDULES_PER_TENANT schedules: one more answers 409 ``too_many_schedules``
+(409, not 429: waiting does not help, removing a schedule does).
+
 A key scoped to a tenant sees and touches only the schedules of its sessions (and,
 with ``agents=``, of its agents): the others answer 404 ``schedule_not_found`` as if
 they did not exist, and adding one to a session outside its reach answers 404
@@ -26,6 +32,8 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from reactq.producer import schedules
+from reactq.producer.client import Producer
 from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
@@ -45,6 +53,7 @@ from reactq.shared.errors import (
     InvalidSessionIdError,
     MessageTooLargeError,
     ScheduleNotFoundError,
+    TooManySchedulesError,
     UnknownAgentError,
 )
 from reactq.shared.schedules import SCHEDULE_ID_PATTERN, Schedule
@@ -74,7 +83,8 @@ class ScheduleCreate(BaseModel):
     cron: str | None = Field(None, max_length=200)
     """Five cron fields, evaluated in UTC: ``"0 9 * * 1-5"`` (else 422 ``invalid_schedule``)."""
     every: int | None = None
-    """Or: seconds between ticks, counted from now (a whole number >= 1)."""
+    """Or: seconds between ticks, counted from now (a whole number from
+    REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS, 60 by default, to 2147483647)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Kept on each turn it submits, beside ``schedule_id`` and ``scheduled_for``."""
 
@@ -100,6 +110,7 @@ _REFUSALS: list[tuple[type[Exception], int, str | None]] = [
     (InvalidMetadataError, 422, "body.metadata"),
     (UnknownAgentError, 422, "body.agent"),
     (AgentMismatchError, 409, "body.agent"),
+    (TooManySchedulesError, 409, None),
     (ScheduleNotFoundError, 404, None),
 ]
 
@@ -150,7 +161,8 @@ def _sees(scope: KeyScope | None, schedule: Schedule) -> bool:
         },
         409: {
             "model": ErrorBody,
-            "description": "The session is another agent's (``agent_mismatch``)",
+            "description": "The session is another agent's (``agent_mismatch``), or the "
+            "tenant has REACTQ_MAX_SCHEDULES_PER_TENANT schedules (``too_many_schedules``)",
         },
         413: {
             "model": ErrorBody,
@@ -160,8 +172,10 @@ def _sees(scope: KeyScope | None, schedule: Schedule) -> bool:
             "model": ErrorBody,
             "description": "Invalid input, including input the schema allows but the pool "
             "refuses: a cron expression that is not five valid fields or never fires, or "
-            "an interval under 1 s, or both or neither (``invalid_schedule``, ``body.cron`` / "
-            "``body.every``), a session id outside [A-Za-z0-9._:-]{1,128} "
+            "an interval outside 1..2147483647 s, or both or neither (``invalid_schedule``, "
+            "``body.cron`` / ``body.every``), ticks closer than "
+            "REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS (``schedule_too_frequent``), a session id "
+            "outside [A-Za-z0-9._:-]{1,128} "
             "(``invalid_session_id``), an agent no worker hosts (``unknown_agent``), an "
             "empty message (``empty_message``); ``field`` says which",
         },
@@ -186,7 +200,8 @@ async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: Scope
             field="body.agent",
         )
     with _answers(body):
-        return await producer.add_schedule(
+        return await schedules.add_schedule(
+            producer,
             body.session_id,
             body.message,
             agent=body.agent,

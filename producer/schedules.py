@@ -19,6 +19,7 @@ from reactq.shared.errors import (
     AgentMismatchError,
     ReactqError,
     ScheduleNotFoundError,
+    TooManySchedulesError,
     UnknownAgentError,
 )
 from reactq.shared.schedules import Schedule, check_timing, new_schedule_id
@@ -51,10 +52,17 @@ async def add_schedule(
     metadata: Mapping[str, Any] | None = None,
     tenant: TenantIdentity | None = None,
 ) -> Schedule:
-    """Check and store a schedule (see ``Producer.add_schedule``)."""
-    validate_session_id(session_id)
-    check_timing(cron, every)
+    """Check and store a schedule (see ``Producer.add_schedule``).
+
+    ``tenant``: the caller's identity (a scoped key's), kept on the schedule and on
+    every turn it fires; the schedules of its session prefix (every schedule, for a
+    caller without one) may number ``REACTQ_MAX_SCHEDULES_PER_TENANT``. The
+    count is read before the add, so adds racing from two processes may pass it by
+    their number: a cap against a runaway client, not an exact quota.
+    """
     settings = producer.settings
+    validate_session_id(session_id)
+    check_timing(cron, every, settings.schedule_min_interval_seconds)
     if not isinstance(message, str):
         message = str(message)  # check_message names what is wrong with text alone
     text, _ = check_message(
@@ -80,6 +88,9 @@ async def add_schedule(
             session_id=session_id,
             agent=owner,
         )
+    store = await schedule_store(producer)
+    prefix = tenant.prefix if tenant is not None else None
+    await _check_cap(store, prefix, settings.max_schedules_per_tenant)
     schedule = Schedule(
         schedule_id=new_schedule_id(),
         session_id=session_id,
@@ -91,8 +102,22 @@ async def add_schedule(
         metadata=checked,
         tenant=tenant,
     )
-    await (await schedule_store(producer)).add(schedule)
+    await store.add(schedule)
     return schedule
+
+
+async def _check_cap(store: ScheduleStore, tenant: str | None, cap: int) -> None:
+    """TooManySchedulesError when the tenant has ``cap`` schedules already."""
+    found = await store.find()
+    count = sum(1 for s in found if tenant is None or s.session_id.startswith(tenant))
+    if count >= cap:
+        whose = f"tenant {tenant!r}" if tenant is not None else "this namespace"
+        raise TooManySchedulesError(
+            f"{whose} has {count} schedules, the most it may have "
+            "(REACTQ_MAX_SCHEDULES_PER_TENANT): remove one before adding another",
+            tenant=tenant,
+            limit=cap,
+        )
 
 
 async def set_paused(producer: Producer, schedule_id: str, paused: bool) -> Schedule:

@@ -75,6 +75,16 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("agent_mismatch", False, "The session belongs to another agent."),
         ("webhook_refused", False, "The webhook URL is not http(s) or not a public address."),
         ("invalid_schedule", False, "A schedule's cron expression or interval is refused."),
+        (
+            "schedule_too_frequent",
+            False,
+            "A schedule would fire more often than REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS.",
+        ),
+        (
+            "too_many_schedules",
+            False,
+            "The tenant has REACTQ_MAX_SCHEDULES_PER_TENANT schedules: remove one first.",
+        ),
         ("turn_rejected", True, "The reject strategy refused the turn: the session was busy."),
         ("session_not_found", False, "The state store has no such session."),
         ("schedule_not_found", False, "No scheduled turn has that id."),

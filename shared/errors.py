@@ -30,7 +30,9 @@
     │   ├── AgentMismatchError       agent_mismatch
     │   ├── WebhookRefusedError      webhook_refused   (not http(s), or not a public address)
     │   └── InvalidScheduleError     invalid_schedule  (a cron expression or interval that
-    │                                                   cannot be parsed or never fires)
+    │       │                                           cannot be parsed or never fires)
+    │       └── ScheduleTooFrequentError schedule_too_frequent (ticks closer than
+    │                                                   REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS)
     ├── TurnRejectedError            turn_rejected     (a strategy refused the turn)
     ├── StaleLeaseError              stale_lease       (a fenced write from an old lease holder)
     ├── TurnCommittedError           turn_committed    (a second commit of a turn: refused, the
@@ -41,6 +43,8 @@
     ├── SessionNotFoundError         session_not_found (a write to a session the store lacks)
     ├── SessionBusyError             session_busy      (a delete refused: a turn runs; force it)
     ├── ScheduleNotFoundError        schedule_not_found (no such scheduled turn)
+    ├── TooManySchedulesError        too_many_schedules (the tenant is at
+    │                                                   REACTQ_MAX_SCHEDULES_PER_TENANT)
     ├── InvalidCursorError           invalid_cursor    (also a ValueError: not a listing's cursor)
     ├── InvalidDocumentError         invalid_document  (also a ValueError: a long-term store
     │   │                                               document's key, value or search)
@@ -304,6 +308,13 @@ class InvalidScheduleError(InvalidTurnError):
     code = "invalid_schedule"
 
 
+class ScheduleTooFrequentError(InvalidScheduleError):
+    """A schedule's ticks would come closer together than
+    REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS (``every``, or the gap of a cron expression)."""
+
+    code = "schedule_too_frequent"
+
+
 class TurnRejectedError(ReactqError):
     """The multitask strategy refused the turn (the session was busy)."""
 
@@ -333,6 +344,13 @@ class ScheduleNotFoundError(ReactqError):
     """No scheduled turn has that id (``schedule_id`` names it)."""
 
     code = "schedule_not_found"
+
+
+class TooManySchedulesError(ReactqError):
+    """The tenant (a scoped key's session prefix, else the whole namespace) already has
+    REACTQ_MAX_SCHEDULES_PER_TENANT schedules: one must go before another is added."""
+
+    code = "too_many_schedules"
 
 
 class SessionBusyError(ReactqError):

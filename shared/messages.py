@@ -10,6 +10,10 @@ from reactq.shared.content import ContentPart
 
 Role = Literal["system", "user", "assistant", "tool"]
 
+MAX_SEQUENCE = 2**31 - 1
+"""The largest position a message can have in its branch: the SQL column is a 32-bit
+INTEGER, so a fork point or a cut beyond it is refused before it reaches a database."""
+
 
 class ToolCall(BaseModel):
     """One function call requested by the model."""

@@ -13,6 +13,7 @@ for, and what makes ticks missed during downtime collapse into the latest one.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -21,14 +22,16 @@ from celery.schedules import crontab
 from celery.schedules import schedule as interval
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.shared.errors import InvalidScheduleError
+from reactq.shared.errors import InvalidScheduleError, ScheduleTooFrequentError
 from reactq.shared.tenancy import TenantIdentity
 
 __all__ = [
+    "MAX_EVERY",
     "SCHEDULE_ID_PATTERN",
     "Schedule",
     "celery_schedule",
     "check_timing",
+    "cron_min_gap",
     "latest_tick",
     "new_schedule_id",
     "next_tick",
@@ -37,6 +40,9 @@ __all__ = [
 
 SCHEDULE_ID_PATTERN = r"^sch_[a-f0-9]{16}$"
 """A schedule id: ``sch_`` then 16 hex digits."""
+
+MAX_EVERY = 2**31 - 1
+"""The longest interval (seconds, about 68 years): the SQL column is a 32-bit INTEGER."""
 
 # How far a cron search looks for a matching day (a Feb 29 that is also a Monday
 # comes every 28 years).
@@ -120,17 +126,59 @@ def parse_cron(expression: str) -> crontab:
     return spec
 
 
-def check_timing(cron: str | None, every: int | None) -> None:
+def check_timing(cron: str | None, every: int | None, min_interval: int = 1) -> None:
     """Refuse anything but exactly one of a valid cron expression or an interval of
-    whole seconds >= 1 (InvalidScheduleError)."""
+    whole seconds from 1 to ``MAX_EVERY`` (InvalidScheduleError), and ticks closer
+    together than ``min_interval`` seconds (ScheduleTooFrequentError)."""
     if (cron is None) == (every is None):
         raise InvalidScheduleError("give a schedule either a cron expression or every=SECONDS")
     if cron is not None:
-        parse_cron(cron)
-    elif isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        gap = cron_min_gap(parse_cron(cron))
+        if gap < min_interval:
+            raise ScheduleTooFrequentError(
+                f"cron expression {cron[:80]!r} fires {gap} s apart, under the minimum of "
+                f"{min_interval} s (REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS)",
+                cron=cron[:200],
+                min_interval=min_interval,
+            )
+    elif isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= MAX_EVERY:
         raise InvalidScheduleError(
-            f"every= wants a whole number of seconds >= 1, got {every!r:.60}", every=str(every)
+            f"every= wants a whole number of seconds from 1 to {MAX_EVERY}, got {every!r:.60}",
+            every=str(every)[:60],
         )
+    elif every < min_interval:
+        raise ScheduleTooFrequentError(
+            f"every={every} is under the minimum interval of {min_interval} s "
+            "(REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS)",
+            every=str(every),
+            min_interval=min_interval,
+        )
+
+
+def cron_min_gap(spec: crontab) -> int:
+    """The shortest time between two ticks of ``spec``, in seconds: between two of its
+    minutes in a day, or from a day's last to the next matching day's first."""
+    minutes = sorted(h * 60 + m for h in spec.hour for m in spec.minute)
+    gaps = [b - a for a, b in itertools.pairwise(minutes)]
+    days = _min_day_gap(spec)
+    if days is not None:
+        gaps.append(days * 24 * 60 - minutes[-1] + minutes[0])
+    return 60 * min(gaps) if gaps else _SEARCH_DAYS * 86400
+
+
+def _min_day_gap(spec: crontab) -> int | None:
+    """The fewest days between two matching days (1 when two days in a row match),
+    None when no two match within the search window."""
+    day, previous, best = datetime.now(UTC).date(), None, None
+    for offset in range(_SEARCH_DAYS):
+        if _day_matches(spec, day):
+            if previous is not None:
+                best = offset - previous if best is None else min(best, offset - previous)
+                if best == 1:
+                    break
+            previous = offset
+        day += timedelta(days=1)
+    return best
 
 
 def celery_schedule(schedule: Schedule) -> crontab | interval:

@@ -165,6 +165,16 @@ class Settings(BaseModel):
         10.0, gt=0, json_schema_extra={"env": "REACTQ_SCHEDULE_REFRESH_SECONDS"}
     )
     """How often ``reactq beat`` reads the schedules again (added, paused, removed ones)."""
+    schedule_min_interval_seconds: int = Field(
+        60, ge=1, json_schema_extra={"env": "REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS"}
+    )
+    """The shortest interval a schedule may have (``every``, and the gap between two ticks
+    of a cron expression); a shorter one is refused with ``schedule_too_frequent``."""
+    max_schedules_per_tenant: int = Field(
+        100, ge=1, json_schema_extra={"env": "REACTQ_MAX_SCHEDULES_PER_TENANT"}
+    )
+    """Schedules a tenant may have (a scoped API key's session prefix; without one, the
+    whole namespace); one more is refused with ``too_many_schedules`` (409)."""
     max_attempts: int = Field(3, ge=1, json_schema_extra={"env": "REACTQ_MAX_ATTEMPTS"})
     """Runs of one turn before it ends with status error."""
     shutdown_grace_seconds: float = Field(

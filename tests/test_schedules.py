@@ -25,6 +25,7 @@ from reactq.shared.errors import (
     InvalidScheduleError,
     InvalidSessionIdError,
     ScheduleNotFoundError,
+    ScheduleTooFrequentError,
     UnknownAgentError,
 )
 from reactq.shared.schedules import Schedule, latest_tick, new_schedule_id, next_tick
@@ -141,7 +142,7 @@ async def test_producer_adds_lists_pauses_resumes_and_removes(producer: Producer
     )
     assert added.cron == "0 9 * * 1-5" and not added.paused and added.last_run_at is None
     assert added.schedule_id.startswith("sch_")
-    every = await producer.add_schedule(session, "ping", agent="alpha", every=30)
+    every = await producer.add_schedule(session, "ping", agent="alpha", every=90)
     assert [s.schedule_id for s in await producer.list_schedules(session)] == [
         added.schedule_id,
         every.schedule_id,
@@ -176,7 +177,9 @@ async def test_producer_adds_lists_pauses_resumes_and_removes(producer: Producer
         ("s-{u}", "hi", "alpha", {"cron": "0 9 * *"}, InvalidScheduleError, "has 4 fields"),
         ("s-{u}", "hi", "alpha", {"cron": "61 * * * *"}, InvalidScheduleError, "not valid"),
         ("s-{u}", "hi", "alpha", {"cron": "0 0 31 2 *"}, InvalidScheduleError, "never occurs"),
-        ("s-{u}", "hi", "alpha", {"every": 0}, InvalidScheduleError, ">= 1"),
+        ("s-{u}", "hi", "alpha", {"every": 0}, InvalidScheduleError, "from 1 to 2147483647"),
+        ("s-{u}", "hi", "alpha", {"every": 2**31}, InvalidScheduleError, "from 1 to 2147483647"),
+        ("s-{u}", "hi", "alpha", {"every": 10**30}, InvalidScheduleError, "got 1000000"),
         ("s-{u}", "hi", "alpha", {}, InvalidScheduleError, "either a cron expression"),
         (
             "s-{u}",
@@ -186,9 +189,18 @@ async def test_producer_adds_lists_pauses_resumes_and_removes(producer: Producer
             InvalidScheduleError,
             "either a cron",
         ),
-        ("bad id {u}", "hi", "alpha", {"every": 5}, InvalidSessionIdError, "invalid session id"),
-        ("s-{u}", "  ", "alpha", {"every": 5}, EmptyMessageError, "empty"),
-        ("s-{u}", "hi", "nobody", {"every": 5}, UnknownAgentError, "no worker hosts agent"),
+        ("bad id {u}", "hi", "alpha", {"every": 60}, InvalidSessionIdError, "invalid session id"),
+        ("s-{u}", "  ", "alpha", {"every": 60}, EmptyMessageError, "empty"),
+        ("s-{u}", "hi", "nobody", {"every": 60}, UnknownAgentError, "no worker hosts agent"),
+        ("s-{u}", "hi", "alpha", {"every": 59}, ScheduleTooFrequentError, "minimum interval of 60"),
+        (
+            "s-{u}",
+            "hi",
+            "alpha",
+            {"every": 1},
+            InvalidScheduleError,
+            "REACTQ_SCHEDULE_MIN_INTERVAL",
+        ),
     ],
 )
 async def test_bad_input_is_refused_and_nothing_is_stored(
@@ -211,7 +223,7 @@ async def test_a_session_keeps_its_agent(producer: Producer) -> None:
     session = f"s-{uuid.uuid4().hex[:10]}"
     await (await producer.state_store()).ensure_session(session, "alpha")
     with pytest.raises(AgentMismatchError, match="belongs to agent 'alpha'"):
-        await producer.add_schedule(session, "hi", agent="beta", every=5)
+        await producer.add_schedule(session, "hi", agent="beta", every=60)
     assert await producer.list_schedules(session) == []
 
 
@@ -286,7 +298,7 @@ def test_the_cli_adds_lists_pauses_resumes_and_removes(settings: Settings) -> No
     )  # fmt: skip
     assert bad.returncode == 2 and "[invalid_schedule]" in bad.stderr, bad.stderr
     unknown = run_cli(
-        env, "schedule", "add", "--every", "5", "--session", session, "--agent", "nobody",
+        env, "schedule", "add", "--every", "60", "--session", session, "--agent", "nobody",
         "--message", "x",
     )  # fmt: skip
     assert unknown.returncode == 2 and "[unknown_agent]" in unknown.stderr

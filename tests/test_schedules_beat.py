@@ -87,6 +87,7 @@ async def producer(env: dict[str, str]) -> AsyncIterator[Producer]:
         redis_url=env["REACTQ_REDIS_URL"],
         namespace=env["REACTQ_NAMESPACE"],
         database_url=env["REACTQ_DATABASE_URL"],
+        schedule_min_interval_seconds=1,  # ticks a second apart: the tests wait for them
     )
     async with Producer(settings) as p:
         # Announced as a worker would: the turns wait in the queue, no worker runs them.
@@ -191,6 +192,7 @@ async def test_a_scheduled_turn_runs_to_its_final(
             redis_url=redis_url,
             namespace=ns,
             database_url=env["REACTQ_DATABASE_URL"],
+            schedule_min_interval_seconds=1,
         )
         async with Producer(settings) as producer:
             session = f"s-{uuid.uuid4().hex[:10]}"
