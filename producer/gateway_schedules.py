@@ -33,7 +33,6 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.producer import schedules
-from reactq.producer.client import Producer
 from reactq.producer.gateway_deps import ProducerDep, only_query
 from reactq.producer.gateway_errors import GatewayError, state_store_errors
 from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody

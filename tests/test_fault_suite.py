@@ -200,23 +200,7 @@ def _report(t: Tally, capsys: pytest.CaptureFixture[str], record: Callable[..., 
         print(f"\n{t.line()}")
 
 
-# Issue 28 on today's code; the integrator removes these marks once the fixes merge.
-# Redis restarted: every run committed the error fallback as an assistant message of
-# 10-16 turns (and their finals said error). PostgreSQL restarted: 110-189 turns ended
-# in error, their user messages never stored and nearly all their final audit rows
-# lost. Redis paused: a final doubled in 2 of 7 runs only, so its mark is not strict (a
-# strict one would fail the runs the race misses).
-KNOWN = {
-    "redis-restart": pytest.mark.xfail(strict=True, reason="issue 28: fixed on branch redisfault"),
-    "redis-pause": pytest.mark.xfail(
-        strict=False,
-        reason="issue 28: fixed on branch redisfault (a doubled final, in 2 runs of 7)",
-    ),
-    "postgres-restart": pytest.mark.xfail(strict=True, reason="issue 28: fixed on branch dbfault"),
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=KNOWN[n]) for n in FAULTS])
+@pytest.mark.parametrize("name", list(FAULTS))
 async def test_turns_survive_faults(
     name: str,
     servers_up: tuple[dict[str, str], WorkerPool],
