@@ -18,12 +18,12 @@ from reactq.bundles.workspace import (
     session_dir_name,
     split_path,
 )
-from reactq.shared import workspace as workspace_module
+from reactq.shared import workspace_fs, workspace_intent
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
-    return Workspaces(tmp_path / "root", quota_bytes=10_000).for_session("s1")
+    return Workspaces(tmp_path / "root", quota_bytes=100_000).for_session("s1")
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_a_link_swapped_in_during_the_call_is_refused(
     """The walk checks each component in the same call that opens it: there is no
     check-then-use window for a swap to slip into."""
     ws.commit([FileChange("sub/secret.txt", None, b"inside\n")])
-    real_open_dir = workspace_module._open_dir
+    real_open_dir = workspace_fs.open_dir
     swaps = []
 
     def swapping_open_dir(name: str, dir_fd: int, shown: str) -> int:
@@ -139,7 +139,7 @@ def test_a_link_swapped_in_during_the_call_is_refused(
             swaps.append(name)
         return real_open_dir(name, dir_fd, shown)
 
-    monkeypatch.setattr(workspace_module, "_open_dir", swapping_open_dir)
+    monkeypatch.setattr(workspace_fs, "open_dir", swapping_open_dir)
     with pytest.raises(WorkspaceError, match="symbolic link"):
         ws.read_bytes("sub/secret.txt")
     assert swaps == ["sub"]
@@ -234,16 +234,16 @@ def test_a_failure_while_placing_restores_what_was_placed(
 ) -> None:
     ws.commit([FileChange("a.txt", None, b"a\n"), FileChange("gone.txt", None, b"g\n")])
     before = tree(ws.path)
-    real_place = workspace_module._place
+    real_place = workspace_intent._place
     calls = []
 
-    def failing_place(top: int, change: FileChange, *args: object) -> None:
-        calls.append(change.path)
+    def failing_place(top: int, staging: int, step: workspace_intent.Step, *args: object) -> None:
+        calls.append(step.parts)
         if len(calls) == 4:
             raise OSError(28, "No space left on device")
-        real_place(top, change, *args)  # type: ignore[arg-type]
+        real_place(top, staging, step, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(workspace_module, "_place", failing_place)
+    monkeypatch.setattr(workspace_intent, "_place", failing_place)
     with pytest.raises(OSError, match="No space"):
         ws.commit(
             [

@@ -8,7 +8,9 @@ CPU time, address space, processes, file size (the workspace quota's free
 bytes) and open files. From the worker's side the run has a wall-clock limit
 (the whole process group is killed; the PID namespace dies with its first
 process, taking any daemon with it), an output cap (kept head and tail), and a
-watchdog on the workspace's size.
+watchdog on the workspace's size (bytes and inodes): it kills a run that passes
+the quota, and what the run wrote last is then removed until the workspace is
+within it again (``Workspace.trim``).
 
 Linux exempts a real root user from ``RLIMIT_NPROC``, even mapped in a user
 namespace; a worker running as root therefore caps processes with a pids
@@ -125,6 +127,8 @@ class CodeRun:
     """False under ``REACTQ_SANDBOX=none``."""
     seconds: float
     """Wall time of the run."""
+    removed: tuple[str, ...] = ()
+    """What the run wrote past the workspace quota, removed after it (newest first)."""
 
     def render(self, limits: SandboxLimits) -> str:
         """The tool result: a status line, then the output."""
@@ -144,6 +148,9 @@ class CodeRun:
             lines.append(self.output)
             if cut > 0:
                 lines.append(f"[{self.output_total} bytes of output; the middle was cut]")
+        if self.removed:
+            shown = ", ".join(self.removed[:20]) + (", ..." if len(self.removed) > 20 else "")
+            lines.append(f"[removed, to bring the workspace within its quota: {shown}]")
         return "\n".join(lines)
 
 
@@ -152,7 +159,7 @@ _LIMIT_TEXT = {
     "cpu_time": lambda lim: f"CPU time ({lim.cpu_seconds} s per process)",
     "memory": lambda lim: f"memory ({lim.memory_bytes} bytes of address space per process)",
     "processes": lambda lim: f"processes ({lim.max_processes} at once)",
-    "disk": lambda lim: "disk: the workspace quota (files were kept as they are; delete some)",
+    "disk": lambda lim: "disk: the workspace quota (what the run wrote past it is removed)",
     "output": lambda lim: f"output ({lim.max_output_bytes} bytes): the run was killed",
 }
 
@@ -367,6 +374,7 @@ class Sandbox:
         """Run ``command`` in ``ws`` (its files at ``/workspace``, the current directory)."""
         # A full workspace still runs code (to delete files), but nothing may grow a file.
         free = await asyncio.to_thread(ws.free_bytes)  # also creates the directory
+        since = await asyncio.to_thread(ws.clock)
         cgroup = _Cgroup(self._cgroups, self.limits.max_processes) if self._cgroups else None
         started = time.monotonic()
         wall = min(wall or self.limits.wall_seconds, self.limits.wall_seconds)
@@ -397,6 +405,8 @@ class Sandbox:
                 if cgroup.struck():
                     limit = limit or "processes"
                 await cgroup.remove()
+        # The watchdog strikes a moment late: what the run wrote past the quota goes.
+        removed = await asyncio.to_thread(ws.trim, since) if limit == "disk" else []
         text = output.text()
         exit_code = proc.returncode
         if limit in ("wall_time", "output") or (limit == "disk" and exit_code == -signal.SIGKILL):
@@ -417,6 +427,7 @@ class Sandbox:
             output_total=output.total,
             sandboxed=self.mode == "bwrap",
             seconds=time.monotonic() - started,
+            removed=tuple(removed),
         )
 
     async def _supervise(
@@ -453,7 +464,7 @@ class Sandbox:
             # The pipe closes when its last holder dies; unsandboxed, a daemon may keep it.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reader), 2.0)
-            if not full.is_set() and await asyncio.to_thread(ws.usage) > ws.quota_bytes:
+            if not full.is_set() and await asyncio.to_thread(ws.over_quota):
                 limit = limit or "disk"
         finally:
             for task in (reader, watcher, feeder, waiter, *stops):
@@ -472,7 +483,7 @@ class Sandbox:
     async def _watch_quota(ws: Workspace, full: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(_WATCH_SECONDS)
-            if await asyncio.to_thread(ws.usage) > ws.quota_bytes:
+            if await asyncio.to_thread(ws.over_quota):
                 full.set()
                 return
 
@@ -522,7 +533,11 @@ def sandbox_tools(
             return []
     else:
         log.warning("REACTQ_SANDBOX=none: run_code and run_file run code UNSANDBOXED")
-    workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
+    workspaces = Workspaces(
+        settings.workspace_root,
+        quota_bytes=settings.workspace_quota_bytes,
+        max_inodes=settings.workspace_max_inodes,
+    )
     sandbox = Sandbox(workspaces, limits, mode=settings.sandbox, bwrap=bwrap)
     lim = sandbox.limits
     where = MOUNT if settings.sandbox == "bwrap" else "the workspace"
