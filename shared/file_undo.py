@@ -212,7 +212,9 @@ async def revert_turn(
         )
     session_id = actions[0].session_id
     # No quota here: undo puts back what was there, whatever the turns since have added.
-    workspace = Workspaces(root, quota_bytes=_UNLIMITED).for_session(session_id)
+    workspace = Workspaces(root, quota_bytes=_UNLIMITED, max_inodes=_UNLIMITED).for_session(
+        session_id
+    )
 
     def apply() -> tuple[list[FileChange], list[UndoneFile]]:
         try:

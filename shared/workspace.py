@@ -36,6 +36,7 @@ import logging
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ log = logging.getLogger("reactq.bundles")
 DEFAULT_MAX_INODES = 20_000
 """Files and folders a workspace may hold, unless ``Workspaces`` says otherwise."""
 # getattr: the module imports everywhere; Workspaces refuses to run without them.
+_CLOCK_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -307,18 +309,24 @@ class Workspace:
 
     def clock(self) -> int:
         """The filesystem's time now (ns), as it stamps what changes after: ``trim``'s
-        ``since`` (the worker's clock may be a tick ahead of the kernel's file times)."""
+        ``since``. Strictly later than anything changed before the call: the kernel stamps
+        files from a coarse clock (a tick of some ms), so it waits for the next tick."""
         with self._top() as top:
             private = descend(top, (RESERVED,), create=True)
             try:
-                fd = os.open(
-                    "clock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=private
-                )
+                fd = os.open("clock", _CLOCK_FLAGS, 0o600, dir_fd=private)
             finally:
                 os.close(private)
             try:
                 os.utime(fd)
-                return os.fstat(fd).st_ctime_ns
+                before = os.fstat(fd).st_ctime_ns
+                deadline = time.monotonic() + 1.0
+                while True:
+                    os.utime(fd)
+                    now = os.fstat(fd).st_ctime_ns
+                    if now > before or time.monotonic() > deadline:
+                        return now
+                    time.sleep(0.001)
             finally:
                 os.close(fd)
 

@@ -18,7 +18,7 @@ from reactq.bundles.workspace import (
     session_dir_name,
     split_path,
 )
-from reactq.shared import workspace_fs, workspace_intent
+from reactq.shared import workspace_fs, workspace_intent, workspace_quota
 
 
 @pytest.fixture
@@ -273,3 +273,36 @@ def test_walk_depth_and_limit(ws: Workspace) -> None:
     entries, cut = ws.walk(limit=4)
     assert cut and [e.path for e in entries] == ["d0", "d0/e", "d0/e/f.txt", "d1"]
     assert ws.walk("d1/e/f.txt")[0][0].kind == "file"
+
+
+def test_folders_and_inodes_count_and_a_commit_past_either_is_refused(tmp_path: Path) -> None:
+    ws = Workspaces(tmp_path, quota_bytes=3 * 4096, max_inodes=4).for_session("q")
+    ws.commit([FileChange("a/b/f", None, b"x")])  # two folders and a file
+    assert ws.measure() == workspace_quota.Usage(2 * 4096 + 1, 3)
+    with pytest.raises(WorkspaceError, match="each new folder counts 4096"):
+        ws.commit([FileChange("c/g", None, b"")])
+    ws.commit([FileChange("a/g", None, b"")])
+    with pytest.raises(WorkspaceError, match="limit of 4 files and folders"):
+        ws.commit([FileChange("a/h", None, b"")])
+    ws.commit([FileChange("a/g", b"", None), FileChange("a/h", None, b"")])  # one out, one in
+
+
+def test_trim_removes_what_changed_since_newest_first_and_keeps_older_files(
+    tmp_path: Path,
+) -> None:
+    """What a run_code run does to a workspace, without the sandbox: files and folders
+    written behind the tools' back, past the quota."""
+    ws = Workspaces(tmp_path, quota_bytes=50_000).for_session("t")
+    ws.commit([FileChange("old.txt", None, b"o" * 10_000)])
+    since = ws.clock()
+    assert ws.trim(since) == []  # within the quota: nothing goes
+    for i in range(8):
+        (ws.path / f"new{i}").write_bytes(b"n" * 10_000)
+    deep = ws.path.joinpath(*["d"] * 30)
+    deep.mkdir(parents=True)
+    assert ws.over_quota()
+    removed = ws.trim(since)
+    assert not ws.over_quota() and ws.usage() <= 50_000
+    assert (ws.path / "old.txt").read_bytes() == b"o" * 10_000
+    assert removed[0] == "new7" and "old.txt" not in removed
+    assert not deep.exists()  # its deepest folders went too
