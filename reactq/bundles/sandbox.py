@@ -405,8 +405,11 @@ class Sandbox:
                 if cgroup.struck():
                     limit = limit or "processes"
                 await cgroup.remove()
-        # The watchdog strikes a moment late: what the run wrote past the quota goes.
-        removed = await asyncio.to_thread(ws.trim, since) if limit == "disk" else []
+        # The watchdog strikes a moment late (or another limit first): what the run wrote
+        # past the quota goes, whatever stopped it.
+        removed = await asyncio.to_thread(ws.trim, since)
+        if removed:
+            limit = limit or "disk"
         text = output.text()
         exit_code = proc.returncode
         if limit in ("wall_time", "output") or (limit == "disk" and exit_code == -signal.SIGKILL):
