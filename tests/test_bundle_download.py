@@ -31,6 +31,7 @@ from reactq.bundles.download import (
 from reactq.bundles.workspace import Workspaces
 from reactq.shared.errors import ConfigError, ToolError
 from reactq.shared.settings import Settings
+from reactq.shared.webhooks import WebhookRefusedError, check_url
 from reactq.worker.agent.tools import Tool, ToolContext
 
 CTX = ToolContext(session_id="dl-1", turn_id="t_1")
@@ -456,3 +457,12 @@ async def test_https_checks_the_name_while_connecting_to_the_pinned_address(
         with pytest.raises(ToolError, match=r"certificate is not valid for 'other\.example'"):
             await tool.call({"url": f"https://other.example:{port}/a.txt"}, CTX)
     assert (tmp_path / "dl-1" / "downloads" / "a.txt").read_bytes() == b"ok"
+
+
+async def test_a_webhook_allow_list_entry_opens_the_web_ports_unless_it_names_its_port() -> None:
+    """REACTQ_WEBHOOK_ALLOW_HOSTS shares the allow list (``shared/netcheck.py``)."""
+    url = "http://127.0.0.1:8080/hook"
+    with pytest.raises(WebhookRefusedError, match="opens it on other ports, not 8080"):
+        await check_url(url, AllowList(["127.0.0.1"]))
+    await check_url(url, AllowList(["127.0.0.1:8080"]))
+    await check_url("http://127.0.0.1/hook", AllowList(["127.0.0.1"]))
