@@ -391,12 +391,14 @@ class Workspace:
                 staging = descend(top, STAGING, create=True)
                 try:
                     write_journal(top, staging, steps)
-                    try:
-                        place_all(top, staging, steps, [c.before for c in changes])
-                    finally:
-                        drop_journal(top)  # whole, or put back: nothing left to roll forward
+                    place_all(top, staging, steps, [c.before for c in changes])
                 finally:
-                    os.close(staging)
+                    # Whole, put back, or never begun (a journal half-written): nothing
+                    # is left to roll forward, and our staged files go next.
+                    try:
+                        drop_journal(top)
+                    finally:
+                        os.close(staging)
             finally:
                 for item in ours:
                     item.discard()
