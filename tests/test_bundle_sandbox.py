@@ -203,6 +203,18 @@ async def test_parallel_writers_past_the_quota_lose_what_they_wrote_last(
 
 
 @needs_bwrap
+async def test_empty_files_past_the_inode_limit_are_removed(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {}, workspace_root=str(tmp_path), workspace_max_inodes=50, sandbox="bwrap"
+    )
+    tools = {t.name: t for t in sandbox_tools(settings, limits=LIMITS)}
+    out = await call(tools, "run_code", code="for i in range(500): open(f'e{i}', 'w').close()")
+    assert "[limit struck: disk" in out and "[removed, to bring the workspace" in out
+    left = [p for p in (tmp_path / "code-1").iterdir() if p.name != ".reactq"]
+    assert len(left) <= 50
+
+
+@needs_bwrap
 async def test_a_process_that_outlives_the_call_is_killed(tools: dict[str, Tool]) -> None:
     marker = f"daemon-marker-{os.getpid()}"
     code = (
