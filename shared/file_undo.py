@@ -10,8 +10,11 @@ back, so that nothing of such a turn is kept, in files either.
 
 Undo is all or nothing: each file the turn touched must still hold what the
 turn left (its hash), else nothing is reverted and ``UndoConflictError`` names
-the file; the reverts go to disk in one ``Workspace.commit``. A turn is undone
-once (``AlreadyUndoneError`` the second time).
+the file; the reverts go to disk in one ``Workspace.commit``. A file that holds
+what undo would put back already counts as reverted: an undo killed mid-commit
+is rolled forward by the next use of the workspace (``workspace_intent``), so
+its retry finds its files back and completes. A turn is undone once
+(``AlreadyUndoneError`` the second time).
 """
 
 from __future__ import annotations
@@ -173,17 +176,20 @@ def plan_revert(
     for path, (_, action) in sorted(last.items(), key=lambda item: -item[1][0]):
         now = current[path]
         left = None if now is None else revision(now)
-        if left != action.after_hash:
-            raise UndoConflictError(
-                f"{path} has changed since turn {turn_id} changed it: nothing was undone",
-                path=path,
-                turn_id=turn_id,
-            )
         original = first[path].before
-        if original == now:
+        if left != action.after_hash:
+            if now != original:
+                raise UndoConflictError(
+                    f"{path} has changed since turn {turn_id} changed it: nothing was undone",
+                    path=path,
+                    turn_id=turn_id,
+                )
+            # Put back already: an undo killed mid-commit, rolled forward since.
+        elif original == now:
             continue  # the turn left it as it found it
-        changes.append(FileChange(path, now, original))
-        did: ChangeKind = _kind(original, now)
+        else:
+            changes.append(FileChange(path, now, original))
+        did: ChangeKind = _kind(original, None if action.after_hash is None else action)
         files.append(
             UndoneFile(path=path, did=did, now="removed" if original is None else "restored")
         )
@@ -206,7 +212,9 @@ async def revert_turn(
         )
     session_id = actions[0].session_id
     # No quota here: undo puts back what was there, whatever the turns since have added.
-    workspace = Workspaces(root, quota_bytes=_UNLIMITED).for_session(session_id)
+    workspace = Workspaces(root, quota_bytes=_UNLIMITED, max_inodes=_UNLIMITED).for_session(
+        session_id
+    )
 
     def apply() -> tuple[list[FileChange], list[UndoneFile]]:
         try:

@@ -6,7 +6,7 @@ link-local, shared (CGN 100.64/10), reserved, unspecified and multicast addresse
 are refused, IPv4 inside IPv6 (mapped, 6to4, Teredo, NAT64) is judged as the IPv4 it
 carries, and cloud metadata addresses are refused even when an allow list names
 them. An ``AllowList`` (a setting) names hosts or networks that may be reached
-although they are not public.
+although they are not public, and on which ports (80 and 443 unless it says).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import socket
 from collections.abc import Iterable
 
 __all__ = [
+    "DEFAULT_PORTS",
     "METADATA_ADDRESSES",
     "AllowList",
     "IPAddress",
@@ -76,37 +77,84 @@ def address_refusal(address: IPAddress) -> str | None:
     return None
 
 
+DEFAULT_PORTS = frozenset({80, 443})
+"""What an allow-list entry without a port opens: the web's own ports, nothing else."""
+
+_Ports = frozenset[int] | None  # None: every port
+
+
 class AllowList:
-    """Hosts, addresses and networks that may be reached though not public."""
+    """Hosts, addresses and networks that may be reached though not public, each on the
+    ports its entry names: ``host`` (80 and 443), ``host:port``, ``host:*`` (every port);
+    an IPv6 address or network with a port goes in brackets, ``[fd00::1]:8080``. A bad
+    entry is a ValueError naming it."""
 
     def __init__(self, entries: Iterable[str] = ()) -> None:
-        self.names: set[str] = set()
-        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        self.names: dict[str, _Ports] = {}
+        self.networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, _Ports]] = []
         for raw in entries:
-            entry = raw.strip().lower().rstrip(".")
+            entry = raw.strip().lower()
             if not entry:
                 continue
+            host, ports = _split(raw, entry)
             try:
-                self.networks.append(ipaddress.ip_network(entry, strict=False))
+                self.networks.append((ipaddress.ip_network(host, strict=False), ports))
             except ValueError:
-                self.names.add(entry)
+                if not host or "/" in host or any(c.isspace() for c in host):
+                    raise ValueError(f"allow-list entry {raw!r} is not a host or network") from None
+                known = self.names.get(host, frozenset())
+                self.names[host] = None if known is None or ports is None else known | ports
 
     def __repr__(self) -> str:
-        return f"AllowList(names={sorted(self.names)}, networks={[str(n) for n in self.networks]})"
+        names = sorted(self.names)
+        return f"AllowList(names={names}, networks={[str(n) for n, _ in self.networks]})"
 
-    def allows(self, host: str, address: IPAddress) -> bool:
-        """Whether ``host``, resolved to ``address``, is on the list."""
-        if host.lower().rstrip(".") in self.names:
+    def allows(self, host: str, address: IPAddress, port: int | None) -> bool:
+        """Whether ``host``, resolved to ``address``, is on the list for ``port`` (None:
+        for any port at all)."""
+        name = host.lower().rstrip(".")
+        if name in self.names and _opens(self.names[name], port):
             return True
-        return any(address in network for network in self.networks)
+        return any(address in net and _opens(ports, port) for net, ports in self.networks)
 
 
-def host_refusal(host: str, address: IPAddress, allow: AllowList) -> str | None:
-    """Why ``host``, resolved to ``address``, may not be reached, or None: the allow list
-    lifts every refusal but a cloud metadata address's."""
+def _opens(ports: _Ports, port: int | None) -> bool:
+    return ports is None or port is None or port in ports
+
+
+def _split(raw: str, entry: str) -> tuple[str, _Ports]:
+    """An entry's host (or network) and the ports it opens."""
+    port: str | None = None
+    if entry.startswith("["):
+        host, close, rest = entry[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise ValueError(f"allow-list entry {raw!r}: write an IPv6 port as [address]:port")
+        port = rest[1:] if rest else None
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    else:
+        host = entry  # a name, an IPv4 address or network, or a bare IPv6 one
+    host = host.rstrip(".")
+    if port is None:
+        return host, DEFAULT_PORTS
+    if port == "*":
+        return host, None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"allow-list entry {raw!r}: the port must be 1-65535 or *")
+    return host, frozenset({int(port)})
+
+
+def host_refusal(host: str, address: IPAddress, allow: AllowList, port: int) -> str | None:
+    """Why ``host``, resolved to ``address``, may not be reached on ``port``, or None: the
+    allow list lifts every refusal but a cloud metadata address's."""
     if address in METADATA_ADDRESSES:
         return "a cloud metadata address"
-    return None if allow.allows(host, address) else address_refusal(address)
+    if allow.allows(host, address, port):
+        return None
+    reason = address_refusal(address)
+    if reason is not None and allow.allows(host, address, port=None):
+        reason += f" (the allow list opens it on other ports, not {port}: add host:{port})"
+    return reason
 
 
 async def resolve_host(host: str, port: int) -> list[IPAddress]:

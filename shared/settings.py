@@ -17,10 +17,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import DEFAULT_CLUSTER_SHARDS
+from reactq.shared.netcheck import AllowList
 from reactq.shared.redis_urls import is_cluster_url
 
 # Settings whose env var holds a comma-separated list.
@@ -268,7 +277,13 @@ class Settings(BaseModel):
     workspace_quota_bytes: int = Field(
         100 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_WORKSPACE_QUOTA_BYTES"}
     )
-    """Largest total size of one session's workspace; a change that would pass it is refused."""
+    """Largest total size of one session's workspace (files' bytes, 4096 for each folder); a
+    change that would pass it is refused, and a ``run_code`` run that passes it loses what it
+    wrote last until the workspace is back within it."""
+    workspace_max_inodes: int = Field(
+        20_000, gt=0, json_schema_extra={"env": "REACTQ_WORKSPACE_MAX_INODES"}
+    )
+    """Files, folders and links one session's workspace may hold, enforced like the quota."""
     download_max_bytes: int = Field(
         50 * 1024 * 1024, gt=0, json_schema_extra={"env": "REACTQ_DOWNLOAD_MAX_BYTES"}
     )
@@ -277,7 +292,14 @@ class Settings(BaseModel):
         default_factory=list, json_schema_extra={"env": "REACTQ_DOWNLOAD_ALLOW_HOSTS"}
     )
     """Host names, addresses or networks (CIDR) ``download_file`` may reach though they are not
-    public (comma-separated; none by default; cloud metadata addresses stay refused)."""
+    public (comma-separated; none by default; cloud metadata addresses stay refused). An entry
+    alone opens ports 80 and 443; ``host:port`` one port, ``host:*`` every port (``[v6]:port``
+    for an IPv6 address)."""
+    download_deadline_seconds: float = Field(
+        120.0, gt=0, json_schema_extra={"env": "REACTQ_DOWNLOAD_DEADLINE_SECONDS"}
+    )
+    """How long one ``download_file`` may take in all (every redirect and byte of the body):
+    a server that trickles its answer is cut off then, and nothing is saved."""
     sandbox: Literal["bwrap", "none"] = Field("bwrap", json_schema_extra={"env": "REACTQ_SANDBOX"})
     """How ``run_code`` / ``run_file`` (``reactq.bundles``) run code: ``bwrap`` in a bubblewrap
     sandbox (the tools are left out, with a log line, where it cannot run); ``none`` with the
@@ -307,7 +329,8 @@ class Settings(BaseModel):
         default_factory=list, json_schema_extra={"env": "REACTQ_WEBHOOK_ALLOW_HOSTS"}
     )
     """Host names, addresses or networks (CIDR) a webhook may be sent to though they are not
-    public (comma-separated; none by default; cloud metadata addresses stay refused)."""
+    public (comma-separated; none by default; cloud metadata addresses stay refused); ports as
+    for ``REACTQ_DOWNLOAD_ALLOW_HOSTS``."""
     webhook_max_attempts: int = Field(
         6, ge=1, le=30, json_schema_extra={"env": "REACTQ_WEBHOOK_MAX_ATTEMPTS"}
     )
@@ -334,6 +357,12 @@ class Settings(BaseModel):
 
     # The environment ``from_env`` read (None: the process's), for ``secret_from_env``.
     _environ: Mapping[str, str] | None = PrivateAttr(default=None)
+
+    @field_validator("download_allow_hosts", "webhook_allow_hosts")
+    @classmethod
+    def _allow_list(cls, entries: list[str]) -> list[str]:
+        AllowList(entries)  # a bad entry (a port out of range, say) is a ValueError here
+        return entries
 
     def secret_from_env(self, name: str) -> SecretStr | None:
         """The value of the environment variable ``name`` as a secret (None when unset or

@@ -151,7 +151,7 @@ async def checked_addresses(
     if not addresses:
         raise WebhookRefusedError(f"the webhook host {host} resolves to no address", url=url)
     for address in addresses:
-        if (reason := host_refusal(host, address, allow)) is not None:
+        if (reason := host_refusal(host, address, allow, port)) is not None:
             raise WebhookRefusedError(
                 f"refused webhook {url:.200}: {host} resolves to {address}, {reason} "
                 "(REACTQ_WEBHOOK_ALLOW_HOSTS lists hosts that may be reached anyway)",

@@ -102,7 +102,7 @@ async def outage(
             REACTQ_LEASE_TTL_SECONDS="2",
             REACTQ_REAPER_INTERVAL_SECONDS="0.3",
             REACTQ_WEBHOOK_SECRET=SECRET,
-            REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1",
+            REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1:*",
             REACTQ_WEBHOOK_TIMEOUT_SECONDS="2",
         ) as (env, workers):
             async with Producer(Settings.from_env(env)) as producer:

@@ -2,7 +2,7 @@
 checked), the size capped by the header and by the count, atomic and never replacing.
 
 A small HTTP server on 127.0.0.1 plays every part. By default it is refused (a
-loopback address); ``REACTQ_DOWNLOAD_ALLOW_HOSTS=127.0.0.1`` lets the positive
+loopback address); ``REACTQ_DOWNLOAD_ALLOW_HOSTS=127.0.0.1:*`` lets the positive
 paths reach it, and a redirect from it to a private address is refused mid-chain.
 """
 
@@ -29,8 +29,9 @@ from reactq.bundles.download import (
     download_tools,
 )
 from reactq.bundles.workspace import Workspaces
-from reactq.shared.errors import ToolError
+from reactq.shared.errors import ConfigError, ToolError
 from reactq.shared.settings import Settings
+from reactq.shared.webhooks import WebhookRefusedError, check_url
 from reactq.worker.agent.tools import Tool, ToolContext
 
 CTX = ToolContext(session_id="dl-1", turn_id="t_1")
@@ -99,6 +100,13 @@ async def server() -> AsyncIterator[Server]:
                     writer.write(b"64\r\n" + b"y" * 100 + b"\r\n")
                     await writer.drain()
                 writer.write(b"0\r\n\r\n")
+            elif path == "/trickle":
+                # A byte every 50 ms: every read is quick, the whole never comes.
+                writer.write(_head(200, {"Content-Length": "900"}))
+                for _ in range(900):
+                    writer.write(b"t")
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
             elif path == "/lying":
                 writer.write(_head(200, {"Content-Length": "10"}) + b"z" * 5000)
             elif path == "/short":
@@ -111,6 +119,8 @@ async def server() -> AsyncIterator[Server]:
             else:
                 writer.write(_head(404, {"Content-Length": "0"}))
             await writer.drain()
+        except ConnectionError:
+            pass  # the client hung up (a download cut off)
         finally:
             writer.close()
 
@@ -127,9 +137,10 @@ def _tool(root: Path, allow: list[str], **kwargs: Any) -> Tool:
 
 
 def _files(root: Path) -> list[str]:
-    """Every file in the session's workspace, staged ones included."""
+    """Every file in the session's workspace, staged ones included (not the lock)."""
     folder = root / "dl-1"
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    found = (str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    return sorted(f for f in found if f != ".reactq/lock")
 
 
 @pytest.mark.parametrize(
@@ -176,11 +187,57 @@ def test_public_addresses_pass(address: str) -> None:
 
 def test_the_allow_list() -> None:
     allow = AllowList(["127.0.0.1", "10.0.0.0/8", "Mirror.Internal.", " "])
-    assert allow.allows("x", ipaddress.ip_address("127.0.0.1"))
-    assert allow.allows("x", ipaddress.ip_address("10.9.9.9"))
-    assert allow.allows("mirror.internal", ipaddress.ip_address("192.168.0.1"))
-    assert not allow.allows("x", ipaddress.ip_address("127.0.0.2"))
+    assert allow.allows("x", ipaddress.ip_address("127.0.0.1"), 80)
+    assert allow.allows("x", ipaddress.ip_address("10.9.9.9"), 443)
+    assert allow.allows("mirror.internal", ipaddress.ip_address("192.168.0.1"), 443)
+    assert not allow.allows("x", ipaddress.ip_address("127.0.0.2"), 80)
     assert "mirror.internal" in repr(allow)
+
+
+def test_an_allow_list_entry_opens_the_web_ports_unless_it_names_its_port() -> None:
+    """Issue 29 item 6: an entry alone used to open every port of its host."""
+    loopback, v6 = ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("fd00::1")
+    allow = AllowList(["mirror", "127.0.0.1:8080", "[fd00::1]:9000", "10.0.0.0/8:*", "hub:*"])
+    assert allow.allows("mirror", loopback, 80) and allow.allows("mirror", loopback, 443)
+    assert not allow.allows("mirror", loopback, 6379)
+    assert allow.allows("x", loopback, 8080) and not allow.allows("x", loopback, 80)
+    assert allow.allows("x", v6, 9000) and not allow.allows("x", v6, 443)
+    assert allow.allows("x", ipaddress.ip_address("10.1.2.3"), 5432)
+    assert allow.allows("hub", loopback, 1) and allow.allows("hub", loopback, 65535)
+    assert AllowList(["h", "h:8080"]).allows("h", loopback, 8080)
+    for bad in ("h:0", "h:65536", "h:http", "[fd00::1", "[fd00::1]8080", "a b", "h/x"):
+        with pytest.raises(ValueError, match="allow-list entry"):
+            AllowList([bad])
+    for name in ("REACTQ_DOWNLOAD_ALLOW_HOSTS", "REACTQ_WEBHOOK_ALLOW_HOSTS"):
+        with pytest.raises(ConfigError, match=f"{name}: .*the port must be 1-65535"):
+            Settings.from_env({name: "ok.example,h:99999"})
+
+
+async def test_a_host_on_the_list_is_refused_on_a_port_it_does_not_name(
+    server: Server, tmp_path: Path
+) -> None:
+    with pytest.raises(ToolError, match=rf"opens it on other ports, not {server.port}"):
+        await _tool(tmp_path, allow=["127.0.0.1"]).call({"url": f"{server.base}/file.txt"}, CTX)
+    assert server.requests == []
+    tool = _tool(tmp_path, allow=[f"127.0.0.1:{server.port}"])
+    assert "Downloaded 15 bytes" in await tool.call({"url": f"{server.base}/file.txt"}, CTX)
+
+
+async def test_a_trickling_server_is_cut_off_by_the_total_deadline(
+    server: Server, tmp_path: Path
+) -> None:
+    """Issue 29 item 6: every read came within the step timeout, so a byte a second held
+    the download for the tool's whole 300 s."""
+    policy = DownloadPolicy(
+        max_bytes=LIMIT, allow=AllowList(["127.0.0.1:*"]), timeout=5, deadline=0.5
+    )
+    (tool,) = download_tools(Workspaces(tmp_path, quota_bytes=100_000), policy)
+    with pytest.raises(ToolError, match=r"took over 0\.5 s in all and was stopped") as raised:
+        await tool.call({"url": f"{server.base}/trickle"}, CTX)
+    assert raised.value.code == "download_error"
+    assert _files(tmp_path) == []
+    settings = Settings.from_env({"REACTQ_DOWNLOAD_DEADLINE_SECONDS": "7"})
+    assert settings.download_deadline_seconds == 7
 
 
 async def test_a_local_server_is_refused_by_default(server: Server, tmp_path: Path) -> None:
@@ -193,7 +250,7 @@ async def test_a_local_server_is_refused_by_default(server: Server, tmp_path: Pa
 
 
 async def test_a_download_lands_in_downloads(server: Server, tmp_path: Path) -> None:
-    tool = _tool(tmp_path, allow=["127.0.0.1"])
+    tool = _tool(tmp_path, allow=["127.0.0.1:*"])
     assert tool.writes
     out = await tool.call({"url": f"{server.base}/file.txt#frag"}, CTX)
     assert out == (
@@ -211,7 +268,7 @@ async def test_a_download_lands_in_downloads(server: Server, tmp_path: Path) -> 
 
 
 async def test_a_redirect_chain_is_followed_and_checked(server: Server, tmp_path: Path) -> None:
-    tool = _tool(tmp_path, allow=["127.0.0.1"])
+    tool = _tool(tmp_path, allow=["127.0.0.1:*"])
     out = await tool.call({"url": f"{server.base}/r/3", "path": "got.txt"}, CTX)
     assert f"from {server.base}/file.txt to got.txt" in out
     assert [p for p, _ in server.requests] == ["/r/3", "/r/2", "/r/1", "/r/0", "/file.txt"]
@@ -233,7 +290,7 @@ async def test_a_redirect_chain_is_followed_and_checked(server: Server, tmp_path
 async def test_a_redirect_inside_the_network_is_refused_mid_chain(
     server: Server, tmp_path: Path, path: str, refusal: str
 ) -> None:
-    tool = _tool(tmp_path, allow=["127.0.0.1"])
+    tool = _tool(tmp_path, allow=["127.0.0.1:*"])
     with pytest.raises(ToolError, match=refusal):
         await tool.call({"url": f"{server.base}{path}"}, CTX)
     assert [p for p, _ in server.requests] == [path]  # the first hop only
@@ -274,7 +331,7 @@ async def test_the_connection_goes_to_the_checked_address(server: Server, tmp_pa
         lookups.append(host)
         return [ipaddress.ip_address(a) for a in answers[host]]
 
-    tool = _tool(tmp_path, allow=["127.0.0.1"], resolver=resolver)
+    tool = _tool(tmp_path, allow=["127.0.0.1:*"], resolver=resolver)
     await tool.call({"url": f"http://files.example:{server.port}/file.txt"}, CTX)
     assert lookups == ["files.example"]
     assert server.requests == [("/file.txt", f"files.example:{server.port}")]
@@ -286,7 +343,7 @@ async def test_the_connection_goes_to_the_checked_address(server: Server, tmp_pa
 async def test_the_size_is_capped_by_the_header_and_by_the_count(
     server: Server, tmp_path: Path
 ) -> None:
-    tool = _tool(tmp_path, allow=["127.0.0.1"])
+    tool = _tool(tmp_path, allow=["127.0.0.1:*"])
     with pytest.raises(ToolError, match="10000000 bytes, over the 1000-byte limit"):
         await tool.call({"url": f"{server.base}/big-declared"}, CTX)
     # No length announced: counted while it streams, cut off, the partial file removed.
@@ -300,7 +357,7 @@ async def test_the_size_is_capped_by_the_header_and_by_the_count(
     await tool.call({"url": f"{server.base}/lying", "path": "lying.bin"}, CTX)
     assert (tmp_path / "dl-1" / "lying.bin").read_bytes() == b"z" * 10
     # Compressed content is stored as sent: nothing inflates past the cap.
-    big_policy = DownloadPolicy(max_bytes=100_000, allow=AllowList(["127.0.0.1"]), timeout=5)
+    big_policy = DownloadPolicy(max_bytes=100_000, allow=AllowList(["127.0.0.1:*"]), timeout=5)
     (big,) = download_tools(Workspaces(tmp_path, quota_bytes=1_000_000), big_policy)
     await big.call({"url": f"{server.base}/gzip", "path": "z.gz"}, CTX)
     stored = (tmp_path / "dl-1" / "z.gz").read_bytes()
@@ -308,7 +365,7 @@ async def test_the_size_is_capped_by_the_header_and_by_the_count(
 
 
 async def test_the_quota_caps_a_download(server: Server, tmp_path: Path) -> None:
-    policy = DownloadPolicy(max_bytes=10_000, allow=AllowList(["127.0.0.1"]), timeout=5)
+    policy = DownloadPolicy(max_bytes=10_000, allow=AllowList(["127.0.0.1:*"]), timeout=5)
     (tool,) = download_tools(Workspaces(tmp_path, quota_bytes=500), policy)
     with pytest.raises(ToolError, match=r"the 500-byte limit \(what the workspace quota leaves\)"):
         await tool.call({"url": f"{server.base}/chunked-big"}, CTX)
@@ -316,7 +373,7 @@ async def test_the_quota_caps_a_download(server: Server, tmp_path: Path) -> None
 
 
 async def test_the_allow_list_comes_from_the_settings(server: Server, tmp_path: Path) -> None:
-    env = {"REACTQ_WORKSPACE_ROOT": str(tmp_path), "REACTQ_DOWNLOAD_ALLOW_HOSTS": "127.0.0.1"}
+    env = {"REACTQ_WORKSPACE_ROOT": str(tmp_path), "REACTQ_DOWNLOAD_ALLOW_HOSTS": "127.0.0.1:*"}
     tools = {t.name: t for t in file_tools(Settings.from_env(env), download=True)}
     out = await tools["download_file"].call({"url": f"{server.base}/file.txt"}, CTX)
     assert out.startswith("Downloaded 15 bytes")
@@ -390,7 +447,7 @@ async def test_https_checks_the_name_while_connecting_to_the_pinned_address(
 
     trust = ssl.create_default_context(cafile=str(cert))
     policy = DownloadPolicy(
-        max_bytes=LIMIT, allow=AllowList(["127.0.0.1"]), timeout=5, verify=trust
+        max_bytes=LIMIT, allow=AllowList(["127.0.0.1:*"]), timeout=5, verify=trust
     )
     (tool,) = download_tools(Workspaces(tmp_path, quota_bytes=10_000), policy, resolver=resolver)
     async with srv:
@@ -400,3 +457,12 @@ async def test_https_checks_the_name_while_connecting_to_the_pinned_address(
         with pytest.raises(ToolError, match=r"certificate is not valid for 'other\.example'"):
             await tool.call({"url": f"https://other.example:{port}/a.txt"}, CTX)
     assert (tmp_path / "dl-1" / "downloads" / "a.txt").read_bytes() == b"ok"
+
+
+async def test_a_webhook_allow_list_entry_opens_the_web_ports_unless_it_names_its_port() -> None:
+    """REACTQ_WEBHOOK_ALLOW_HOSTS shares the allow list (``shared/netcheck.py``)."""
+    url = "http://127.0.0.1:8080/hook"
+    with pytest.raises(WebhookRefusedError, match="opens it on other ports, not 8080"):
+        await check_url(url, AllowList(["127.0.0.1"]))
+    await check_url(url, AllowList(["127.0.0.1:8080"]))
+    await check_url("http://127.0.0.1/hook", AllowList(["127.0.0.1"]))

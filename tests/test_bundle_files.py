@@ -4,6 +4,8 @@ ambiguous), listings, globs, and a regex search that no pattern or file can hang
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,9 @@ from typing import Any
 import pytest
 
 from reactq.bundles import SearchLimits, Workspaces, file_tools
-from reactq.bundles.files import apply_edit
+from reactq.bundles.files import FUZZY_MAX_CHARS, apply_edit
+from reactq.bundles.linematch import find_runs
+from reactq.bundles.workspace import WorkspaceError
 from reactq.shared.errors import ToolError
 from reactq.shared.settings import Settings
 from reactq.worker.agent.tools import Tool, ToolContext
@@ -262,3 +266,94 @@ def test_a_workspaces_root_and_quota_from_settings(tmp_path: Path) -> None:
     asyncio.run(main())
     assert (tmp_path / "w" / "files-1").is_dir()
     assert repr(Workspaces(tmp_path, quota_bytes=1)).startswith("Workspaces(root=")
+
+
+def _on_disk(folder: Path) -> tuple[int, int]:
+    """(bytes, inodes) under ``folder`` as a disk sees them: files' sizes, 4096 a folder."""
+    size = inodes = 0
+    for _, dirs, files in os.walk(folder):
+        inodes += len(dirs) + len(files)
+        size += 4096 * len(dirs)
+    size += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return size, inodes
+
+
+async def test_deep_empty_folders_count_against_the_quota(tmp_path: Path) -> None:
+    """Issue 29 item 4: 40 writes of 500-deep paths left 80 MB under a 1 MiB quota."""
+    quota = 1 << 20
+    settings = Settings.from_env({}, workspace_root=str(tmp_path), workspace_quota_bytes=quota)
+    tools = {t.name: t for t in file_tools(settings)}
+    refused = 0
+    for i in range(40):
+        deep = f"{i}/" + "d/" * 499 + "f.txt"
+        try:
+            await call(tools, "write_file", path=deep, content="x")
+        except ToolError as exc:
+            assert "each new folder counts 4096" in exc.message
+            refused += 1
+    assert refused == 40
+    assert _on_disk(tmp_path / "files-1")[0] <= quota
+    # A shallow path still fits, and its folders count.
+    await call(tools, "write_file", path="a/b/c.txt", content="12345")
+    assert Workspaces(tmp_path, quota_bytes=quota).for_session("files-1").usage() >= 2 * 4096 + 5
+
+
+async def test_the_inode_limit_refuses_a_file_too_many(tmp_path: Path) -> None:
+    settings = Settings.from_env({}, workspace_root=str(tmp_path), workspace_max_inodes=10)
+    tools = {t.name: t for t in file_tools(settings)}
+    for i in range(10):
+        await call(tools, "write_file", path=f"f{i}", content="")
+    with pytest.raises(ToolError, match="limit of 10 files and folders would be passed"):
+        await call(tools, "write_file", path="one-more", content="")
+    assert len([p for p in (tmp_path / "files-1").iterdir() if p.name != ".reactq"]) == 10
+
+
+def test_a_fuzzy_miss_on_a_large_file_is_a_clear_error() -> None:
+    """Issue 29 item 5: a 4 MB file and a 16 KB old_text that misses burned 40 s of CPU."""
+    # The worst case of a slice compared at every start: every line matches but the last.
+    text = "x = 1\n" * 700_000
+    assert len(text) > 4_000_000
+    old = "x = 1\n" * 2_700 + "y = 2\n"
+    assert len(old) > 16_000
+    with pytest.raises(WorkspaceError, match=f"only tried on files up to {FUZZY_MAX_CHARS}"):
+        apply_edit(text, old, "x")
+
+
+class _Counted(str):
+    """A line that counts its comparisons."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.compared += 1
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+def test_line_runs_are_found_in_linear_work() -> None:
+    """The worst case of a slice compared at every start (lines x old lines, here 20
+    million comparisons) stays within twice the lines, and the answer is the same."""
+    hay = [_Counted("a")] * 20_000
+    needle = [_Counted("a")] * 999 + [_Counted("b")]
+    _Counted.compared = 0
+    assert list(find_runs(hay, needle)) == []
+    assert _Counted.compared <= 2 * (len(hay) + len(needle))
+    rng = random.Random(7)
+    for _ in range(300):
+        lines = [rng.choice("ab") for _ in range(rng.randint(0, 30))]
+        pattern = [rng.choice("ab") for _ in range(rng.randint(1, 4))]
+        start = rng.randint(0, 5)
+        naive = [
+            i
+            for i in range(start, len(lines) - len(pattern) + 1)
+            if lines[i : i + len(pattern)] == pattern
+        ]
+        assert list(find_runs(lines, pattern, start)) == naive
+    # Within the size bound, a fuzzy edit on a long, repetitive file still matches.
+    text = "x = 1\n" * 50_000 + "y = 2\n"
+    after, how = apply_edit(text, "x=1\n" * 300 + "y=2\n", "z = 3\n")
+    assert after.endswith("x = 1\n" * (50_000 - 300) + "z = 3\n") and "ignoring whitespace" in how

@@ -189,8 +189,7 @@ async def test_filling_the_disk_past_the_quota_is_stopped(
     code = "import os\nfor i in range(1000):\n    open(f'f{i}', 'wb').write(os.urandom(500_000))"
     out = await call(tools, "run_code", code=code)
     assert "[limit struck: disk" in out
-    used = sum(p.stat().st_size for p in (tmp_path / "code-1").iterdir())
-    assert used < QUOTA + 5 * 500_000
+    assert _on_disk(tmp_path / "code-1") <= QUOTA
     # The private /tmp is small and memory-backed: it is no way around the quota either.
     out = await call(tools, "run_code", code="open('/tmp/t', 'wb').write(b'x' * 100_000_000)")
     assert "[exit code 1;" in out
@@ -198,6 +197,55 @@ async def test_filling_the_disk_past_the_quota_is_stopped(
     out = await call(tools, "run_code", language="bash", code="rm -f big f*; echo cleaned")
     assert "cleaned" in out
     assert "ok" in await call(tools, "run_code", code="open('small', 'w').write('ok'); print('ok')")
+
+
+def _on_disk(folder: Path) -> int:
+    """Bytes under ``folder`` as a disk holds them: files' sizes, 4096 a folder (the
+    private folder's own two aside)."""
+    total = -2 * 4096
+    for root, dirs, files in os.walk(folder):
+        total += 4096 * len(dirs) + sum(os.lstat(Path(root, f)).st_size for f in files)
+    return total
+
+
+@needs_bwrap
+async def test_parallel_writers_past_the_quota_lose_what_they_wrote_last(
+    tools: dict[str, Tool], tmp_path: Path
+) -> None:
+    """Issue 29 item 4: 60 parallel writers left 183 MB under a 20 MB quota (the watchdog
+    struck, and kept the files)."""
+    ws = tmp_path / "code-1"
+    ws.mkdir()
+    (ws / "mine.txt").write_text("written before the run\n")
+    code = (
+        "import os\n"
+        "for i in range(24):\n"
+        "    if os.fork() == 0:\n"
+        "        os.makedirs(f'd{i}/' + 'e/' * 50, exist_ok=True)\n"
+        "        with open(f'w{i}', 'wb') as f:\n"
+        "            for _ in range(40):\n"
+        "                f.write(b'x' * 65536)\n"
+        "        os._exit(0)\n"
+        "for _ in range(24):\n"
+        "    os.wait()\n"
+    )
+    out = await call(tools, "run_code", code=code)
+    assert "[limit struck: disk" in out and "[removed, to bring the workspace" in out
+    assert _on_disk(ws) <= QUOTA
+    assert (ws / "mine.txt").read_text() == "written before the run\n"
+    assert "ok" in await call(tools, "run_code", code="print('ok')")
+
+
+@needs_bwrap
+async def test_empty_files_past_the_inode_limit_are_removed(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {}, workspace_root=str(tmp_path), workspace_max_inodes=50, sandbox="bwrap"
+    )
+    tools = {t.name: t for t in sandbox_tools(settings, limits=LIMITS)}
+    out = await call(tools, "run_code", code="for i in range(500): open(f'e{i}', 'w').close()")
+    assert "[limit struck: disk" in out and "[removed, to bring the workspace" in out
+    left = [p for p in (tmp_path / "code-1").iterdir() if p.name != ".reactq"]
+    assert len(left) <= 50
 
 
 @needs_bwrap

@@ -18,12 +18,12 @@ from reactq.bundles.workspace import (
     session_dir_name,
     split_path,
 )
-from reactq.shared import workspace as workspace_module
+from reactq.shared import workspace_fs, workspace_intent, workspace_quota
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
-    return Workspaces(tmp_path / "root", quota_bytes=10_000).for_session("s1")
+    return Workspaces(tmp_path / "root", quota_bytes=100_000).for_session("s1")
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_a_link_swapped_in_during_the_call_is_refused(
     """The walk checks each component in the same call that opens it: there is no
     check-then-use window for a swap to slip into."""
     ws.commit([FileChange("sub/secret.txt", None, b"inside\n")])
-    real_open_dir = workspace_module._open_dir
+    real_open_dir = workspace_fs.open_dir
     swaps = []
 
     def swapping_open_dir(name: str, dir_fd: int, shown: str) -> int:
@@ -139,7 +139,7 @@ def test_a_link_swapped_in_during_the_call_is_refused(
             swaps.append(name)
         return real_open_dir(name, dir_fd, shown)
 
-    monkeypatch.setattr(workspace_module, "_open_dir", swapping_open_dir)
+    monkeypatch.setattr(workspace_fs, "open_dir", swapping_open_dir)
     with pytest.raises(WorkspaceError, match="symbolic link"):
         ws.read_bytes("sub/secret.txt")
     assert swaps == ["sub"]
@@ -234,16 +234,16 @@ def test_a_failure_while_placing_restores_what_was_placed(
 ) -> None:
     ws.commit([FileChange("a.txt", None, b"a\n"), FileChange("gone.txt", None, b"g\n")])
     before = tree(ws.path)
-    real_place = workspace_module._place
+    real_place = workspace_intent._place
     calls = []
 
-    def failing_place(top: int, change: FileChange, *args: object) -> None:
-        calls.append(change.path)
+    def failing_place(top: int, staging: int, step: workspace_intent.Step, *args: object) -> None:
+        calls.append(step.parts)
         if len(calls) == 4:
             raise OSError(28, "No space left on device")
-        real_place(top, change, *args)  # type: ignore[arg-type]
+        real_place(top, staging, step, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(workspace_module, "_place", failing_place)
+    monkeypatch.setattr(workspace_intent, "_place", failing_place)
     with pytest.raises(OSError, match="No space"):
         ws.commit(
             [
@@ -273,3 +273,36 @@ def test_walk_depth_and_limit(ws: Workspace) -> None:
     entries, cut = ws.walk(limit=4)
     assert cut and [e.path for e in entries] == ["d0", "d0/e", "d0/e/f.txt", "d1"]
     assert ws.walk("d1/e/f.txt")[0][0].kind == "file"
+
+
+def test_folders_and_inodes_count_and_a_commit_past_either_is_refused(tmp_path: Path) -> None:
+    ws = Workspaces(tmp_path, quota_bytes=3 * 4096, max_inodes=4).for_session("q")
+    ws.commit([FileChange("a/b/f", None, b"x")])  # two folders and a file
+    assert ws.measure() == workspace_quota.Usage(2 * 4096 + 1, 3)
+    with pytest.raises(WorkspaceError, match="each new folder counts 4096"):
+        ws.commit([FileChange("c/g", None, b"")])
+    ws.commit([FileChange("a/g", None, b"")])
+    with pytest.raises(WorkspaceError, match="limit of 4 files and folders"):
+        ws.commit([FileChange("a/h", None, b"")])
+    ws.commit([FileChange("a/g", b"", None), FileChange("a/h", None, b"")])  # one out, one in
+
+
+def test_trim_removes_what_changed_since_newest_first_and_keeps_older_files(
+    tmp_path: Path,
+) -> None:
+    """What a run_code run does to a workspace, without the sandbox: files and folders
+    written behind the tools' back, past the quota."""
+    ws = Workspaces(tmp_path, quota_bytes=50_000).for_session("t")
+    ws.commit([FileChange("old.txt", None, b"o" * 10_000)])
+    since = ws.clock()
+    assert ws.trim(since) == []  # within the quota: nothing goes
+    for i in range(8):
+        (ws.path / f"new{i}").write_bytes(b"n" * 10_000)
+    deep = ws.path.joinpath(*["d"] * 30)
+    deep.mkdir(parents=True)
+    assert ws.over_quota()
+    removed = ws.trim(since)
+    assert not ws.over_quota() and ws.usage() <= 50_000
+    assert (ws.path / "old.txt").read_bytes() == b"o" * 10_000
+    assert removed[0] == "new7" and "old.txt" not in removed
+    assert not deep.exists()  # its deepest folders went too

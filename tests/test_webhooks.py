@@ -113,7 +113,7 @@ def pool(
         sleepy_lookup,
         agents="tests.pool_agents:agent",
         REACTQ_WEBHOOK_SECRET=SECRET,
-        REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1",
+        REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1:*",
         REACTQ_WEBHOOK_BACKOFF_SECONDS="0.4",
     ) as env:
         yield env
@@ -264,7 +264,7 @@ def test_agent_default_webhook(
         sleepy_lookup,
         agents="tests.webhook_agents:agent",
         REACTQ_WEBHOOK_SECRET=SECRET,
-        REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1",
+        REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1:*",
         REACTQ_TEST_AGENT_WEBHOOK=receiver.url("/agent-default"),
     ) as env:
 

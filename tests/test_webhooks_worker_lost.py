@@ -64,7 +64,7 @@ async def hooked(redis_url: str, namespace: str, tmp_path: Path) -> AsyncIterato
             tmp_path,
             ScriptedServer(lookup_then_answer),
             REACTQ_WEBHOOK_SECRET=SECRET,
-            REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1",
+            REACTQ_WEBHOOK_ALLOW_HOSTS="127.0.0.1:*",
             REACTQ_WEBHOOK_BACKOFF_SECONDS="2",
             # A delivery must show progress within the POST timeout plus the lease TTL:
             # small ones here, so a lost attempt is sent again within seconds.

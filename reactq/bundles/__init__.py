@@ -81,7 +81,11 @@ def file_tools(
     off unless asked for). ``download_timeout`` is that tool's time limit.
     """
     settings = settings_for(settings_or_root)
-    workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
+    workspaces = Workspaces(
+        settings.workspace_root,
+        quota_bytes=settings.workspace_quota_bytes,
+        max_inodes=settings.workspace_max_inodes,
+    )
     journal = Journal()
     tools = _file_tools(
         workspaces, read_only=read_only, search_limits=search_limits, journal=journal
@@ -93,6 +97,7 @@ def file_tools(
         policy = DownloadPolicy(
             max_bytes=settings.download_max_bytes,
             allow=AllowList(settings.download_allow_hosts),
+            deadline=settings.download_deadline_seconds,
         )
         tools += download_tools(workspaces, policy, timeout=download_timeout, journal=journal)
     return tools

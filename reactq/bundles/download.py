@@ -15,7 +15,13 @@ followed by hand, each one checked again):
   check), so a second DNS answer (rebinding) cannot send it elsewhere.
 
 ``REACTQ_DOWNLOAD_ALLOW_HOSTS`` names hosts, addresses or networks that may be
-reached although they are not public (an internal mirror; a test server).
+reached although they are not public (an internal mirror; a test server), on
+ports 80 and 443 unless an entry names its port (``host:8080``, ``host:*``).
+
+Time is capped twice too: each network step (connect, each read) by
+``DownloadPolicy.timeout``, the whole download (redirects and body) by
+``REACTQ_DOWNLOAD_DEADLINE_SECONDS``, so a server that trickles a byte a second
+cannot hold the tool.
 
 The size is capped twice: a ``Content-Length`` over the limit is refused before
 the body is read, and the bytes are counted while they stream (a body without
@@ -93,6 +99,9 @@ class DownloadPolicy:
     max_redirects: int = 5
     timeout: float = 30.0
     """Seconds any one network step (connect, read) may take."""
+    deadline: float = 120.0
+    """Seconds the whole download may take, every redirect and byte included (a server
+    trickling its body a byte at a time meets every ``timeout`` but not this)."""
     user_agent: str = "reactq-download/1"
     verify: ssl.SSLContext | None = None
     """The certificate check's trust: None for the system's; a context for a private CA."""
@@ -141,7 +150,7 @@ async def _connect(
         raise DownloadError(f"{url.host} resolves to no address")
     for address in addresses:
         # Every address: the connection may go to any of them.
-        if (reason := host_refusal(host, address, policy.allow)) is not None:
+        if (reason := host_refusal(host, address, policy.allow, port)) is not None:
             raise DownloadError(f"refused {url}: {url.host} resolves to {address}, {reason}")
     literal = _is_ip(host)
     headers = {
@@ -182,7 +191,26 @@ async def fetch(
     resolver: Resolver = resolve,
     limit_reason: str = "",
 ) -> Fetched:
-    """Download ``url`` into ``sink``, following redirects by hand; at most ``limit`` bytes."""
+    """Download ``url`` into ``sink``, following redirects by hand; at most ``limit`` bytes,
+    within ``policy.deadline`` seconds in all."""
+    try:
+        async with asyncio.timeout(policy.deadline):
+            return await _fetch(url, sink, limit, policy, resolver, limit_reason)
+    except TimeoutError:
+        raise DownloadError(
+            f"the download took over {policy.deadline:g} s in all and was stopped "
+            "(REACTQ_DOWNLOAD_DEADLINE_SECONDS); nothing was saved"
+        ) from None
+
+
+async def _fetch(
+    url: str,
+    sink: StagedFile,
+    limit: int,
+    policy: DownloadPolicy,
+    resolver: Resolver,
+    limit_reason: str,
+) -> Fetched:
     current = _parse(url)
     async with httpx2.AsyncClient(
         follow_redirects=False,

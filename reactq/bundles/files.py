@@ -23,6 +23,7 @@ from pydantic import Field
 
 from reactq.bundles.globs import GlobPattern
 from reactq.bundles.journal import Journal
+from reactq.bundles.linematch import find_runs
 from reactq.bundles.search import SearchLimits, search
 from reactq.bundles.workspace import (
     FileChange,
@@ -36,6 +37,7 @@ from reactq.worker.agent.tools import Tool, ToolContext
 
 __all__ = [
     "EDIT_MAX_BYTES",
+    "FUZZY_MAX_CHARS",
     "apply_edit",
     "file_tools",
     "read_window",
@@ -46,6 +48,9 @@ LINE_BYTES = 2000
 """A longer line is cut in ``read_file``'s output (and says so)."""
 EDIT_MAX_BYTES = 10 * 1024 * 1024
 """Largest file ``edit_file`` and ``apply_patch`` load (they hold it in memory)."""
+FUZZY_MAX_CHARS = 1024 * 1024
+"""Largest file ``edit_file`` matches ignoring whitespace when old_text is not found
+exactly (the match is linear in the file, ``linematch``; this bounds its time too)."""
 DIFF_CHARS = 20_000
 LISTING_LIMIT = 1000
 
@@ -189,17 +194,19 @@ def _fuzzy_edit(text: str, old: str, new: str, replace_all: bool) -> tuple[str, 
     )
     if not old_lines:
         raise not_found
+    if len(text) > FUZZY_MAX_CHARS:
+        raise WorkspaceError(
+            f"old_text was not found exactly, and the file is {len(text)} characters: matching "
+            f"ignoring whitespace is only tried on files up to {FUZZY_MAX_CHARS} characters. "
+            "Read the lines to change again (read_file) and copy them exactly"
+        )
     want = [_norm(line) for line in old_lines]
     norms = [_norm(line) for line in file_lines]
     size = len(want)
     starts: list[int] = []
-    index = 0
-    while index <= len(file_lines) - size:
-        if norms[index : index + size] == want:
+    for index in find_runs(norms, want):
+        if not starts or index >= starts[-1] + size:  # leftmost, not overlapping
             starts.append(index)
-            index += size
-        else:
-            index += 1
     if not starts:
         raise not_found
     if len(starts) > 1 and not replace_all:

@@ -189,7 +189,11 @@ def image_tools(
     """
     _pillow()  # fail at start-up, naming the extra, not at the first call
     settings = settings_for(settings_or_root)
-    workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
+    workspaces = Workspaces(
+        settings.workspace_root,
+        quota_bytes=settings.workspace_quota_bytes,
+        max_inodes=settings.workspace_max_inodes,
+    )
     answers = _Answers(settings)
     max_bytes = settings.image_max_bytes
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from reactq.bundles.journal import Journal, StaleFileError
+from reactq.bundles.linematch import find_runs
 from reactq.bundles.workspace import (
     FileChange,
     Workspace,
@@ -295,9 +296,9 @@ def _seek(lines: Sequence[str], pattern: Sequence[str], start: int, eof: bool) -
             if normed[last:] == want:
                 return last
     for normed, want in passes:
-        for at in range(start, last + 1):
-            if normed[at : at + size] == want:
-                return at
+        # Linear in the lines (a slice compared at every start was lines x chunk lines).
+        for at in find_runs(normed, want, start):
+            return at
     return None
 
 

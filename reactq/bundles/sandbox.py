@@ -12,7 +12,9 @@ space and (without a pids cgroup) processes per process, file size (the
 workspace quota's free bytes) and open files. From the worker's side the run
 has a wall-clock limit (the whole process group is killed; the PID namespace
 dies with its first process, taking any daemon with it), an output cap (kept
-head and tail), and watchdogs on the workspace's size and the run's CPU time.
+head and tail), and watchdogs on the run's CPU time and the workspace's size
+(bytes and inodes): a run that passes the quota is killed, and what it wrote
+last is then removed until the workspace is within it again (``Workspace.trim``).
 
 Under a worker running as root, bubblewrap itself runs as an unprivileged host
 user (``REACTQ_SANDBOX_UID``, 65534 by default) that owns the session's
@@ -178,6 +180,7 @@ class Sandbox:
         """Run ``command`` in ``ws`` (its files at ``/workspace``, the current directory)."""
         # A full workspace still runs code (to delete files), but nothing may grow a file.
         free = await asyncio.to_thread(ws.free_bytes)  # also creates the directory
+        since = await asyncio.to_thread(ws.clock)
         if self.host_uid is not None:
             try:
                 await asyncio.to_thread(hand_over, ws.path, self.host_uid)
@@ -225,6 +228,11 @@ class Sandbox:
                 elif cgroup.pids_struck():
                     limit = limit or "processes"
                 await cgroup.remove()
+        # The watchdog strikes a moment late (or another limit first): what the run wrote
+        # past the quota goes, whatever stopped it.
+        removed = await asyncio.to_thread(ws.trim, since)
+        if removed:
+            limit = limit or "disk"
         text = output.text()
         exit_code = proc.returncode
         if limit in ("wall_time", "output") or (
@@ -248,6 +256,7 @@ class Sandbox:
             sandboxed=self.mode == "bwrap",
             seconds=time.monotonic() - started,
             bounded=cgroup is not None,
+            removed=tuple(removed),
         )
 
     async def _supervise(
@@ -290,7 +299,7 @@ class Sandbox:
             # The pipe closes when its last holder dies; unsandboxed, a daemon may keep it.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(reader), 2.0)
-            if not full.is_set() and await asyncio.to_thread(ws.usage) > ws.quota_bytes:
+            if not full.is_set() and await asyncio.to_thread(ws.over_quota):
                 limit = limit or "disk"
         finally:
             tasks = (reader, *watchers, feeder, waiter, *stops)
@@ -324,7 +333,7 @@ class Sandbox:
     async def _watch_quota(ws: Workspace, full: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(_WATCH_SECONDS)
-            if await asyncio.to_thread(ws.usage) > ws.quota_bytes:
+            if await asyncio.to_thread(ws.over_quota):
                 full.set()
                 return
 
@@ -383,7 +392,11 @@ def sandbox_tools(
             return []
     else:
         log.warning("REACTQ_SANDBOX=none: run_code and run_file run code UNSANDBOXED")
-    workspaces = Workspaces(settings.workspace_root, quota_bytes=settings.workspace_quota_bytes)
+    workspaces = Workspaces(
+        settings.workspace_root,
+        quota_bytes=settings.workspace_quota_bytes,
+        max_inodes=settings.workspace_max_inodes,
+    )
     sandbox = Sandbox(
         workspaces,
         limits,

@@ -66,6 +66,8 @@ class CodeRun:
     """Wall time of the run."""
     bounded: bool = False
     """True when a cgroup bounded the run as a whole (else its limits held per process)."""
+    removed: tuple[str, ...] = ()
+    """What the run wrote past the workspace quota, removed after it (newest first)."""
 
     def render(self, limits: SandboxLimits) -> str:
         """The tool result: a status line, then the output."""
@@ -85,6 +87,9 @@ class CodeRun:
             lines.append(self.output)
             if cut > 0:
                 lines.append(f"[{self.output_total} bytes of output; the middle was cut]")
+        if self.removed:
+            shown = ", ".join(self.removed[:20]) + (", ..." if len(self.removed) > 20 else "")
+            lines.append(f"[removed, to bring the workspace within its quota: {shown}]")
         return "\n".join(lines)
 
 
@@ -108,7 +113,7 @@ _LIMIT_TEXT = {
     "cpu_time": _cpu_text,
     "memory": _memory_text,
     "processes": lambda lim, _: f"processes ({lim.max_processes} at once)",
-    "disk": lambda lim, _: "disk: the workspace quota (files were kept as they are; delete some)",
+    "disk": lambda lim, _: "disk: the workspace quota (what the run wrote past it is removed)",
     "output": lambda lim, _: f"output ({lim.max_output_bytes} bytes): the run was killed",
 }
 
