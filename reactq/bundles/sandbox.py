@@ -180,7 +180,6 @@ class Sandbox:
         """Run ``command`` in ``ws`` (its files at ``/workspace``, the current directory)."""
         # A full workspace still runs code (to delete files), but nothing may grow a file.
         free = await asyncio.to_thread(ws.free_bytes)  # also creates the directory
-        since = await asyncio.to_thread(ws.clock)
         if self.host_uid is not None:
             try:
                 await asyncio.to_thread(hand_over, ws.path, self.host_uid)
@@ -188,6 +187,9 @@ class Sandbox:
                 raise SandboxError(
                     f"the workspace could not be given to uid {self.host_uid}: {exc}"
                 ) from None
+        # After the hand-over: its chown moves every file's ctime, which ``trim`` reads
+        # as "written by the run".
+        since = await asyncio.to_thread(ws.clock)
         lim = self.limits
         try:
             cgroup = (
