@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reactq.shared.errors import ConfigError, ToolError
-from reactq.shared.workspace_names import workspace_dir_name
+from reactq.shared.workspace_names import path_text_refusal, workspace_dir_name
 
 __all__ = [
     "RESERVED",
@@ -110,6 +110,8 @@ def split_path(path: str) -> tuple[str, ...]:
         raise WorkspaceError("the path must be a string")
     if len(path) > MAX_PATH_CHARS:
         raise WorkspaceError(f"the path is longer than {MAX_PATH_CHARS} characters")
+    if refusal := path_text_refusal(path):
+        raise WorkspaceError(refusal)
     if any(ord(c) < 32 or c == "\x7f" for c in path):
         raise WorkspaceError("the path may not contain NUL or control characters")
     if "\\" in path:

@@ -147,6 +147,7 @@ PUBLIC = [
     "InvalidImageError",
     "InvalidMetadataError",
     "InvalidContextError",
+    "InvalidTextError",
     "ContextTooLargeError",
     "OverrideNotAllowedError",
     "InvalidOverrideError",
