@@ -80,8 +80,10 @@ def start_gateway(
     *args: str,
     port: int | None = None,
     name: str = "gateway",
+    timeout: float = 30,
 ) -> Gateway:
-    """Start `reactq serve` on a free loopback port and wait for /healthz."""
+    """Start `reactq serve` on a free loopback port and wait (``timeout`` seconds at
+    most) for /healthz."""
     port = port or free_port()
     log = log_dir / f"{name}-{port}.log"
     with open(log, "wb") as out:
@@ -93,7 +95,7 @@ def start_gateway(
             stderr=subprocess.STDOUT,
         )
     gateway = Gateway(f"http://127.0.0.1:{port}", key, proc, log)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             raise AssertionError(f"the gateway exited:\n{gateway.logs()}")
@@ -104,7 +106,7 @@ def start_gateway(
             pass
         if time.monotonic() > deadline:
             gateway.stop()
-            raise AssertionError(f"the gateway did not answer in 30 s:\n{gateway.logs()}")
+            raise AssertionError(f"the gateway did not answer in {timeout:g} s:\n{gateway.logs()}")
         time.sleep(0.05)
 
 
