@@ -64,7 +64,7 @@ from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
 from reactq.shared.state.todos import TodoItem
 from reactq.shared.tenancy import TenantIdentity
-from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides
+from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides, check_text
 from reactq.shared.turns import (
     MultitaskStrategy,
     TurnRequest,
@@ -507,8 +507,10 @@ class Producer:
         turn resumes on a free worker. Raises ApprovalNotFoundError (unknown turn or
         call), ApprovalClosedError (the turn waits for nothing: finished, running,
         queued) or DecisionConflictError (a call was decided already; of two racing
-        deciders exactly one wins).
+        deciders exactly one wins), InvalidTextError (a reason, note or ``by`` UTF-8
+        cannot carry).
         """
+        check_text({"decisions": decisions, "notes": notes, "by": by}, "")
         return await self._decide(turn_id, _decisions(decisions, notes), by)
 
     async def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
@@ -671,8 +673,11 @@ class Producer:
         self, session_id: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
         """Merge ``patch`` into the session's metadata (a key set to None is removed);
-        returns the result. SessionNotFoundError for a session the store lacks."""
+        returns the result. SessionNotFoundError for a session the store lacks;
+        InvalidMetadataError for a patch that is not a JSON object UTF-8 can carry
+        (nothing is stored)."""
         validate_session_id(session_id)
+        check_metadata(patch)
         return await (await self.state_store()).update_metadata(session_id, patch)
 
     async def usage(self, session_id: str) -> SessionUsage:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from reactq.shared.errors import InvalidDocumentError
 from reactq.shared.state import StateStore
 from reactq.shared.state.documents import (
     Document,
@@ -22,6 +23,8 @@ from reactq.shared.state.documents import (
     check_key,
     check_namespace,
 )
+from reactq.shared.text_checks import MAX_JSON_DEPTH, nesting_over
+from reactq.shared.turn_inputs import check_text
 
 __all__ = ["Document", "DocumentPage", "LongTermStore", "SyncLongTermStore"]
 
@@ -35,9 +38,13 @@ class LongTermStore:
     async def put(self, namespace: NamespaceLike, key: str, value: Mapping[str, Any]) -> Document:
         """Store the JSON object ``value`` under ``key`` in ``namespace`` (replacing what
         was there) and return the document. InvalidNamespaceError, InvalidDocumentError
-        (a malformed key, a value that is not a JSON object or is over 1 MiB)."""
+        (a malformed key, a value that is not a JSON object or is over 1 MiB),
+        InvalidTextError (text UTF-8 cannot carry, in the value or the key)."""
         check_namespace(namespace)
         check_key(key)
+        check_text({"key": key, "value": value}, "")
+        if nesting_over(value):
+            raise InvalidDocumentError(f"the value nests deeper than {MAX_JSON_DEPTH} levels")
         return await (await self._open()).put_document(namespace, key, value)
 
     async def get(self, namespace: NamespaceLike, key: str) -> Document | None:

@@ -56,6 +56,7 @@ from reactq.producer.gateway_errors import (
     ERROR_RESPONSES,
     SUBMIT_REFUSALS,
     GatewayError,
+    TextSafeJSONResponse,
     install_error_handlers,
     state_store_errors,
 )
@@ -86,6 +87,7 @@ from reactq.producer.gateway_security import ApiKeys, BodyLimit, LoopbackOnly, R
 from reactq.producer.gateway_sessions import router as sessions_router
 from reactq.producer.gateway_sse import event_stream
 from reactq.producer.gateway_store import router as store_router
+from reactq.producer.gateway_text import refuse_unencodable
 from reactq.producer.gateway_turn_events import router as turn_events_router
 from reactq.producer.gateway_turns import readiness
 from reactq.producer.metrics import install_metrics
@@ -198,9 +200,10 @@ async def _caller(
 CallerDep = Annotated[str | None, Depends(_caller)]
 ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
 
-# The key first (401), then read-only (403); each route's ``touches`` declaration
-# then answers 404 outside the key's tenant and agents.
-_GUARDS = [Depends(_require_key), Depends(enforce_scope)]
+# The key first (401), then read-only (403), then text UTF-8 cannot carry in a write's
+# body (422, before anything is stored); each route's ``touches`` declaration then
+# answers 404 outside the key's tenant and agents.
+_GUARDS = [Depends(_require_key), Depends(enforce_scope), Depends(refuse_unencodable)]
 
 router = APIRouter(prefix="/v1", dependencies=_GUARDS, responses=ERROR_RESPONSES)
 
@@ -515,6 +518,7 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
         version="1",
         summary="Submit turns to a reactq pool and stream their events.",
         lifespan=lifespan,
+        default_response_class=TextSafeJSONResponse,
     )
     install_error_handlers(app)
     app.include_router(router)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from reactq.shared.errors import (
     InvalidMetadataError,
     InvalidOverrideError,
     InvalidSessionIdError,
+    InvalidTextError,
     InvalidTurnError,
     MessageTooLargeError,
     OverrideNotAllowedError,
@@ -38,6 +40,7 @@ from reactq.shared.errors import (
     UnknownAgentError,
     WebhookRefusedError,
 )
+from reactq.shared.text_checks import repair_json
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +101,7 @@ _TURN_ERRORS: list[tuple[type[ReactqError], int, str | None]] = [
     (UnknownAgentError, 422, "body.agent"),
     (AgentMismatchError, 409, "body.agent"),
     (WebhookRefusedError, 422, "body.webhook"),
+    (InvalidTextError, 422, "body"),
     (InvalidTurnError, 422, None),
     (TurnRejectedError, 409, None),
 ]
@@ -140,8 +144,25 @@ class GatewayError(ReactqError):
         return body
 
 
-def _json(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+class TextSafeJSONResponse(JSONResponse):
+    """A JSON answer whose text UTF-8 cannot carry (a lone surrogate an older version
+    stored, an error echoing a refused input) is repaired (U+FFFD) rather than failing
+    to encode: the gateway's default response class, and every error body's."""
+
+    def render(self, content: Any) -> bytes:
+        """The body's bytes (``JSONResponse``'s, repaired only when they cannot encode)."""
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return super().render(repair_json(content))
+
+
+def _json(
+    status: int, body: ErrorBody, headers: dict[str, str] | None = None
+) -> TextSafeJSONResponse:
+    return TextSafeJSONResponse(
+        body.model_dump(exclude_none=True), status_code=status, headers=headers
+    )
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -191,6 +212,9 @@ async def _reactq_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ReactqError)
     for cls, status, field in _TURN_ERRORS:
         if isinstance(exc, cls):
+            if isinstance(exc, InvalidTextError) and exc.details.get("field"):
+                # The field at fault is the first part of where the text was found.
+                field = "body." + re.split(r"[.\[]", str(exc.details["field"]), maxsplit=1)[0]
             errors = [FieldError(field=field, reason=exc.message)] if field else []
             turn_id = exc.details.get("turn_id") if isinstance(exc, TurnRejectedError) else None
             body = ErrorBody(

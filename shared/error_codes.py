@@ -68,6 +68,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("invalid_image", False, "A content part is neither text nor a usable image."),
         ("invalid_metadata", False, "The turn's metadata is not a JSON object UTF-8 can carry."),
         ("invalid_context", False, "The turn's context is not a JSON object UTF-8 can carry."),
+        ("invalid_text", False, "Caller input holds text UTF-8 cannot carry (a lone surrogate)."),
         ("context_too_large", False, "The turn's context is over REACTQ_MAX_CONTEXT_BYTES."),
         ("override_not_allowed", False, "The agent does not let a turn override that field."),
         ("invalid_override", False, "An override's value is not one its field can take."),
@@ -153,6 +154,11 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     *_codes(
         "tool",
         ("tool_error", False, "The tool raised; the model reads the error."),
+        (
+            "tool_storage_error",
+            False,
+            "The tool failed on a storage error; the model reads no more (the worker logs it).",
+        ),
         ("tool_timeout", True, "The tool ran past its timeout and was cancelled."),
         (
             "tool_denied",

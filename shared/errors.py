@@ -23,6 +23,9 @@
     │   ├── InvalidMetadataError     invalid_metadata  (not a JSON object UTF-8 can carry)
     │   ├── InvalidContextError      invalid_context   (the turn's context: not a JSON object)
     │   │   └── ContextTooLargeError context_too_large (over REACTQ_MAX_CONTEXT_BYTES)
+    │   ├── InvalidTextError         invalid_text      (other input holding text UTF-8
+    │   │                                               cannot carry: a session's metadata,
+    │   │                                               a document, a schedule)
     │   ├── OverrideNotAllowedError  override_not_allowed (the agent does not let a turn
     │   │                                               change that field)
     │   ├── InvalidOverrideError     invalid_override  (an allowed field, a value it cannot take)
@@ -256,6 +259,14 @@ class InvalidMetadataError(InvalidTurnError):
     (a lone surrogate, a value JSON has no form for, a reference cycle)."""
 
     code = "invalid_metadata"
+
+
+class InvalidTextError(InvalidTurnError):
+    """Caller input holds text UTF-8 cannot carry (a lone surrogate, which JSON may
+    spell): a session's metadata, a long-term store document, a schedule's fields.
+    ``details["field"]`` names where (``metadata.tags[2]``)."""
+
+    code = "invalid_text"
 
 
 class InvalidContextError(InvalidTurnError):

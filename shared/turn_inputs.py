@@ -18,10 +18,12 @@ from reactq.shared.errors import (
     InvalidContextError,
     InvalidMetadataError,
     InvalidOverrideError,
+    InvalidTextError,
     OverrideNotAllowedError,
 )
+from reactq.shared.text_checks import MAX_JSON_DEPTH, nesting_over, unencodable_at
 
-__all__ = ["OVERRIDABLE", "check_context", "check_metadata", "check_overrides"]
+__all__ = ["OVERRIDABLE", "check_context", "check_metadata", "check_overrides", "check_text"]
 
 OVERRIDABLE: dict[str, TypeAdapter[Any]] = {
     "model": TypeAdapter(str),
@@ -55,7 +57,23 @@ def _json_object(
     except ValueError as exc:
         reason = str(exc).removeprefix("Error serializing to JSON: ")[:300]
         raise error(f"{what} cannot be sent as JSON: {reason}") from None
+    if nesting_over(value):
+        # Within what pydantic serialises, but a listing showing it nests deeper still.
+        raise error(f"{what} nests deeper than {MAX_JSON_DEPTH} levels: flatten it")
     return value
+
+
+def check_text(value: object, what: str) -> None:
+    """Refuse ``value`` (any JSON value: its str keys and values, however deep) when it
+    holds text UTF-8 cannot carry: InvalidTextError, ``field`` naming where
+    (``what.tags[2]``). Such text stored would fail every reader later (a listing, the
+    next request to the model)."""
+    where = unencodable_at(value, what)
+    if where is not None:
+        raise InvalidTextError(
+            f"{where} holds a lone surrogate, which UTF-8 cannot carry: send valid Unicode text",
+            field=where,
+        )
 
 
 def check_metadata(metadata: object) -> dict[str, Any]:

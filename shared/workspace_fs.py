@@ -20,6 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from reactq.shared.errors import ToolError
+from reactq.shared.workspace_names import path_text_refusal
 
 __all__ = [
     "DIR_FLAGS",
@@ -100,6 +101,8 @@ def split_path(path: str) -> tuple[str, ...]:
         raise WorkspaceError("the path must be a string")
     if len(path) > MAX_PATH_CHARS:
         raise WorkspaceError(f"the path is longer than {MAX_PATH_CHARS} characters")
+    if refusal := path_text_refusal(path):
+        raise WorkspaceError(refusal)
     if any(ord(c) < 32 or c == "\x7f" for c in path):
         raise WorkspaceError("the path may not contain NUL or control characters")
     if "\\" in path:

@@ -149,6 +149,7 @@ PUBLIC = [
     "InvalidImageError",
     "InvalidMetadataError",
     "InvalidContextError",
+    "InvalidTextError",
     "ContextTooLargeError",
     "OverrideNotAllowedError",
     "InvalidOverrideError",

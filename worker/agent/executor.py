@@ -9,7 +9,10 @@ a batch go out before the next batch runs, the last batch's with the step's
 checkpoint. Consecutive read-only calls run concurrently, at most
 ``max_parallel_tools`` at once; a ``writes=True`` tool runs alone, in model order.
 Every failure is a result the model reads (``[code] error``), never an exception
-out of the step.
+out of the step. What the model reads, and what the step's events carry, holds no
+text UTF-8 cannot carry (``safe_text``; decoded arguments: ``repair_json``), and a
+storage driver's error reaches it only as ``tool_storage_error``: its text may hold the
+statement and its parameters.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import ToolError
 from reactq.shared.events import ActionEvent, ObservationEvent, ToolFailedEvent
 from reactq.shared.messages import ToolCall
+from reactq.shared.text_checks import repair_json
 from reactq.worker.agent.config import LoopConfig
 from reactq.worker.agent.interventions import (
     BeforeToolFallback,
@@ -39,13 +43,27 @@ from reactq.worker.agent.results import (
     MAX_ARGUMENT_DEPTH,
     arguments_too_deep,
     format_tool_result,
+    safe_text,
     tool_error_text,
 )
 from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext
 
-__all__ = ["REPEAT_NUDGE", "ToolExecutor"]
+__all__ = ["REPEAT_NUDGE", "STORAGE_ERROR", "ToolExecutor"]
 
 log = logging.getLogger("reactq.agent")
+
+# Where a storage driver's errors come from: their text may hold a statement and its
+# parameters (another session's data, a path), never for the model to read.
+_STORAGE_MODULES = ("sqlalchemy", "sqlite3", "asyncpg", "aiosqlite", "psycopg", "redis")
+STORAGE_ERROR = "the tool failed: a storage error (the worker's log has the detail)"
+"""What the model reads of a tool that failed on a storage error (``tool_storage_error``)."""
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    return any(
+        (cls.__module__ or "").partition(".")[0] in _STORAGE_MODULES for cls in type(exc).__mro__
+    )
+
 
 REPEAT_NUDGE = (
     "\n\n[Note: you have made this exact call {count} times in this run; its result will "
@@ -248,7 +266,7 @@ class ToolExecutor:
             if p.failure is not None:
                 outputs.append(self._failed(emitter, p.call, *p.failure))
             else:
-                output = p.output or ""
+                output = safe_text(p.output or "")
                 emitter.emit_later(
                     ObservationEvent, tool=p.call.name, call_id=p.call.id, output=output
                 )
@@ -277,7 +295,10 @@ class ToolExecutor:
                 )
         else:
             try:
-                args: Any = json.loads(raw) if raw.strip() else {}
+                # A lone surrogate the arguments spell as JSON (``"\\ud800"``) is the
+                # model's output too: repaired, like its text (llm/parse.py). A NUL is
+                # text UTF-8 carries: the tool judges it (a file tool refuses it).
+                args: Any = repair_json(json.loads(raw), nul=False) if raw.strip() else {}
             except ValueError as exc:
                 args = raw
                 if truncated:
@@ -374,6 +395,9 @@ class ToolExecutor:
                 return False, f"tool_timeout\0{error}"
             raise
         except Exception as exc:
+            if _is_storage_error(exc):
+                _log_failure(item, context, "tool_storage_error", type(exc).__name__, exc)
+                return False, f"tool_storage_error\0{STORAGE_ERROR}"
             error = f"{type(exc).__name__}: {exc}"
             _log_failure(item, context, "tool_error", error, exc)
             return False, f"tool_error\0{error}"
@@ -441,5 +465,6 @@ class ToolExecutor:
         return f"\n\n{note}" if isinstance(note, str) and note else ""
 
     def _failed(self, emitter: TurnEmitter, call: ToolCall, code: str, error: str) -> str:
+        error = safe_text(error)
         emitter.emit_later(ToolFailedEvent, tool=call.name, call_id=call.id, error=error, code=code)
         return tool_error_text(code, error)

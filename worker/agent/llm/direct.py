@@ -29,6 +29,7 @@ from openai._models import FinalRequestOptions
 from yarl import URL
 
 from reactq.shared.protocol.ratelimit import ProviderLimits
+from reactq.shared.text_checks import repair_json
 
 # Headers the SDK sets per attempt; the session's own are recomputed by aiohttp.
 _PER_REQUEST = frozenset(
@@ -37,6 +38,32 @@ _PER_REQUEST = frozenset(
 
 CONNECTIONS = 100
 """Connections one client keeps open to its endpoint, as the SDK's own default pool."""
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """A request body as httpx encodes the SDK's JSON: compact, UTF-8, no NaN.
+
+    Text UTF-8 cannot carry (a lone surrogate in a message an older version stored) is
+    repaired to U+FFFD rather than failing the call: it is our request, not the
+    endpoint's answer, and the session's next turn would fail the same way.
+    """
+    try:
+        return _dumps(body).encode()
+    except UnicodeEncodeError:
+        return _dumps(repair_json(body)).encode()
+
+
+def _dumps(body: dict[str, Any]) -> str:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def decode_body(content: bytes) -> Any:
+    """An answer's JSON; bytes that are not UTF-8 are read as U+FFFD, as the SDK reads a
+    stream's."""
+    try:
+        return json.loads(content)
+    except UnicodeDecodeError:
+        return json.loads(content.decode("utf-8", "replace"))
 
 
 class DirectPost:
@@ -71,8 +98,7 @@ class DirectPost:
             session = self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=CONNECTIONS)
             )
-        # As httpx encodes the SDK's JSON: compact, UTF-8, no NaN.
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        data = encode_body(body)
         try:
             async with session.post(
                 self._url, data=data, headers=self._headers, timeout=self._timeout, **self._proxy
@@ -91,7 +117,7 @@ class DirectPost:
                 status, headers=headers, content=content, request=self._request()
             )
             raise self._client._make_status_error_from_response(answer)
-        return json.loads(content), limits
+        return decode_body(content), limits
 
     def _request(self) -> httpx2.Request:
         """The request, as the SDK's errors carry it."""

@@ -22,7 +22,6 @@ onto ``shared.errors``::
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -46,8 +45,9 @@ from reactq.shared.errors import (
     LLMUndecodableError,
 )
 from reactq.shared.protocol.ratelimit import ProviderLimits
+from reactq.shared.text_checks import repair_json
 from reactq.worker.agent.llm.base import DEFAULT_OPTIONS, DeltaSink, LLMResponse, RequestOptions
-from reactq.worker.agent.llm.direct import DirectPost
+from reactq.worker.agent.llm.direct import DirectPost, decode_body
 from reactq.worker.agent.llm.parse import (
     StreamAssembler,
     from_completion_json,
@@ -147,6 +147,7 @@ class OpenAICompatibleClient:
         body = _body(model, messages, tools, options or DEFAULT_OPTIONS)
         started = time.monotonic()
         retry = 0
+        repaired = False
         while True:
             retry_after: float | None = None
             delivered = [False]  # a stream that already showed text is never re-run
@@ -162,8 +163,17 @@ class OpenAICompatibleClient:
             except openai.OpenAIError as exc:
                 error = self._map_error(exc)
                 retry_after = _retry_after_of(exc)
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                # Undecodable JSON, or a body of the wrong shape.
+            except UnicodeEncodeError:
+                # Our request, not the endpoint's answer: text UTF-8 cannot carry (a lone
+                # surrogate an older version stored) fails the SDK's encoding before
+                # anything is sent. Repaired once, it goes; it would fail every turn.
+                if repaired:
+                    raise
+                body, repaired = repair_json(body), True
+                continue
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                # Undecodable JSON (or nested deeper than a decoder goes), or a body of
+                # the wrong shape.
                 raise LLMUndecodableError(
                     self._redact(
                         f"the endpoint answered an unusable body: {type(exc).__name__}: {exc}"
@@ -191,7 +201,7 @@ class OpenAICompatibleClient:
         if self._direct is not None:
             return await self._direct.post(body)
         response = await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response)
-        return json.loads(response.content), ProviderLimits.from_headers(response.headers)
+        return decode_body(response.content), ProviderLimits.from_headers(response.headers)
 
     async def _complete_stream(
         self,

@@ -2,7 +2,10 @@
 ``LLMResponse``.
 
 Every malformed answer gets its own classified error: an error envelope in a
-200, a completion without choices, a stream without events.
+200, a completion without choices, a stream without events. Text a store cannot keep
+(a lone surrogate, which JSON may spell, or a NUL) is repaired to U+FFFD here, where
+the model's answer enters (``reactq.shared.text_checks``): its content, reasoning,
+tool calls and other fields, and each streamed delta.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from reactq.shared.errors import (
     LLMResponseError,
 )
 from reactq.shared.messages import ToolCall
+from reactq.shared.text_checks import repair_json, repair_text
 from reactq.worker.agent.llm.base import DeltaSink, LLMResponse
 
 __all__ = [
@@ -54,7 +58,7 @@ def split_fields(fields: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         if v not in (None, "", [], {})
         and (k not in _KNOWN_FIELDS or (k in REASONING_FIELDS and v != reasoning))
     }
-    return reasoning, extra
+    return reasoning, repair_json(extra) if extra else extra
 
 
 def merge_extra(into: dict[str, Any], piece: dict[str, Any]) -> None:
@@ -141,19 +145,45 @@ def from_completion_json(data: Any) -> LLMResponse:
             name, arguments = custom.get("name", ""), custom.get("input", "")
         calls.append(
             ToolCall(
-                id=raw.get("id") or synthetic_call_id(), name=name or "", arguments=arguments or ""
+                id=_repaired(raw.get("id")) or synthetic_call_id(),
+                name=_repaired(name) or "",
+                arguments=_repaired(arguments) or "",
             )
         )
     usage = data.get("usage") or {}
     reasoning, extra = split_fields(message)
     return LLMResponse(
-        content=message.get("content"),
+        content=_repaired(message.get("content")),
         tool_calls=calls,
         finish_reason=choice.get("finish_reason"),
         usage={k: v for k in _USAGE_KEYS if isinstance(v := usage.get(k), int)},
-        reasoning=reasoning,
+        reasoning=_repaired(reasoning),
         extra=extra,
     )
+
+
+def _repaired(value: Any) -> Any:
+    """A field of the model's answer with text a store cannot keep repaired."""
+    return repair_text(value) if isinstance(value, str) else repair_json(value)
+
+
+class _Pieces:
+    """Streamed text shown piece by piece, repaired (``repair_text``) before it is shown.
+
+    A piece ending in a high surrogate keeps it for the next piece: an endpoint that
+    splits an escaped surrogate pair across two chunks still shows its one character.
+    """
+
+    def __init__(self, sink: DeltaSink | None) -> None:
+        self.sink = sink
+        self.held = ""
+
+    async def show(self, piece: str) -> None:
+        piece, self.held = self.held + piece, ""
+        if "\ud800" <= piece[-1] <= "\udbff":
+            piece, self.held = piece[:-1], piece[-1]
+        if piece and self.sink is not None:
+            await self.sink(repair_text(piece))
 
 
 class StreamAssembler:
@@ -168,6 +198,8 @@ class StreamAssembler:
     ) -> None:
         self.on_delta = on_delta
         self.on_reasoning = on_reasoning
+        self._deltas = _Pieces(on_delta)
+        self._reasoning = _Pieces(on_reasoning)
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.extra: dict[str, Any] = {}
@@ -200,12 +232,10 @@ class StreamAssembler:
                     merge_extra(self.extra, extra)
                 if reasoning:
                     self.reasoning.append(reasoning)
-                    if self.on_reasoning is not None:
-                        await self.on_reasoning(reasoning)
+                    await self._reasoning.show(reasoning)
             if delta.content:
                 self.content.append(delta.content)
-                if self.on_delta is not None:
-                    await self.on_delta(delta.content)
+                await self._deltas.show(delta.content)
             for tc in delta.tool_calls or ():
                 self._add_call_fragment(tc)
 
@@ -239,17 +269,17 @@ class StreamAssembler:
             raise LLMNoChoicesError("the endpoint streamed no choices")
         calls = [
             ToolCall(
-                id=entry["id"] or synthetic_call_id(),
-                name=entry["name"],
-                arguments="".join(entry["arguments"]),
+                id=repair_text(entry["id"]) or synthetic_call_id(),
+                name=repair_text(entry["name"]),
+                arguments=repair_text("".join(entry["arguments"])),
             )
             for _, entry in sorted(self.calls.items())
         ]
         return LLMResponse(
-            content="".join(self.content) if self.content else None,
+            content=repair_text("".join(self.content)) if self.content else None,
             tool_calls=calls,
             finish_reason=self.finish_reason,
             usage=self.usage,
-            reasoning="".join(self.reasoning) if self.reasoning else None,
+            reasoning=repair_text("".join(self.reasoning)) if self.reasoning else None,
             extra=self.extra,
         )

@@ -332,7 +332,7 @@ class ScriptedServer:
         elif request.get("stream"):
             await self._stream(reader, writer, reply, request, close=close)
         else:
-            payload = json.dumps(completion_body(reply, request), ensure_ascii=False).encode()
+            payload = _json_bytes(completion_body(reply, request))
             await self._send(writer, reply.status, payload, headers=reply.headers, close=close)
 
     def _refuses_images(self, request: Mapping[str, Any]) -> bool:
@@ -393,7 +393,7 @@ class ScriptedServer:
         writer.write(
             (head + "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
         )
-        events = [json.dumps(c, ensure_ascii=False) for c in stream_chunks(reply, request)]
+        events = [_json_bytes(c).decode() for c in stream_chunks(reply, request)]
         for sent, data in enumerate([*events, "[DONE]"]):
             if sent == reply.cut_after:
                 # A stream cut mid-way: the connection drops without the closing chunk.
@@ -415,6 +415,15 @@ class ScriptedServer:
             pass
         self.streams_abandoned += 1
         raise ConnectionResetError("the client hung up mid-stream")
+
+
+def _json_bytes(data: Any) -> bytes:
+    """``data`` as UTF-8 JSON; text UTF-8 cannot carry (a lone surrogate a test scripts)
+    is escaped (``\\ud800``), as many real endpoints send it."""
+    try:
+        return json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(data).encode()
 
 
 def _user_parts(request: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
