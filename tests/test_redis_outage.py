@@ -12,10 +12,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from reactq.shared.audit import AuditedBus, MemoryAuditSink
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import LLMServerError
 from reactq.shared.events import BaseEvent, FinalEvent
@@ -25,6 +27,7 @@ from reactq.shared.turns import TurnStatus
 from reactq.worker import Agent, AgentRunner, ScriptedLLM
 from reactq.worker.agent.config import DEFAULT_ERROR_FALLBACK_MESSAGE
 from tests.drain_support import Rig, drain_rig
+from tests.helpers import wait_until
 from tests.redis_faults import FaultyBus
 
 
@@ -153,3 +156,40 @@ class _ListBus:
     async def publish(self, event: FinalEvent) -> FinalEvent:
         self.events.append(event)
         return event
+
+
+async def test_a_final_whose_reply_was_lost_still_gets_its_audit_rows(rig: Rig) -> None:
+    """The fault suite's lone missing row: the call that publishes a final and finishes
+    its turn ran on the server, and its reply was lost (the resends failed too, Redis
+    restarting). The turn is over, so no later attempt backfills it: the drain looks
+    again once Redis answers and records what the audit log lacks."""
+    sink = MemoryAuditSink()
+    rig.drainer.bus = AuditedBus(rig.bus, sink, close_sink=False)
+    session = sid()
+    turn = rig.turn(session, "one")
+    await rig.queue.submit(turn)
+    real_publish_many = rig.bus.publish_many
+    lost = 0
+
+    async def reply_lost(events: Sequence[BaseEvent], guard: Any = None) -> Any:
+        nonlocal lost
+        published = await real_publish_many(events, guard)
+        if any(e.type == "final" for e in events) and not lost:
+            lost += 1
+            raise RedisConnectionError("Redis is restarting")
+        return published
+
+    rig.bus.publish_many = reply_lost  # type: ignore[method-assign,assignment]
+    with pytest.raises(RedisConnectionError):
+        await rig.drainer.drain(session)
+    assert lost == 1
+    (final,) = await rig.finals(session, turn.turn_id)
+    assert final.status is TurnStatus.COMPLETED
+
+    async def recorded() -> bool:
+        return "final" in {e.type for e in await sink.turn_events(turn.turn_id)}
+
+    await wait_until(recorded, 10, "the final's audit row")
+    rows = [e.type for e in await sink.turn_events(turn.turn_id)]
+    assert rows.count("final") == 1 and rows.count("started") == 1
+    assert (await rig.queue.turn_status(turn.turn_id)) == (session, TurnStatus.COMPLETED)

@@ -185,6 +185,7 @@ class Drainer:
         self.stopping = False
         self.running: dict[str, _Running] = {}
         self._background: set[asyncio.Future[int]] = set()
+        self._settling: set[asyncio.Future[None]] = set()
         self._fenced: dict[str, int] = {}
         self._current: dict[str, str] = {}  # session -> the turn it runs here
         self.children = Children(
@@ -378,10 +379,51 @@ class Drainer:
             out.extend(published or ())
             return published is not None
 
-        step = await self.queue.advance(sid, token, done, publish=publish)
+        try:
+            step = await self.queue.advance(sid, token, done, publish=publish)
+        except REDIS_OUTAGE:
+            # The server may have run the call and its reply been lost: then the final
+            # is out and the turn finished, so no later attempt records its audit rows
+            # or runs what follows a final. Look again once Redis answers.
+            self._settle_later(sid, finished.turn_id, emitter)
+            raise
         if out:
             await emitter.published(out[-1])
         return step
+
+    def _settle_later(self, sid: str, turn_id: str, emitter: _FencedEmitter) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._settle(sid, turn_id, emitter), context=contextvars.Context()
+        )
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, sid: str, turn_id: str, emitter: _FencedEmitter) -> None:
+        """A final whose call failed on its way back: once Redis answers, if the stream
+        holds the final, record what the audit log lacks and run what follows a final
+        (its webhook, its delegations: each acts once). Without it, the call never ran:
+        the turn is still in its running slot, and its next attempt ends it."""
+        delay, deadline = 0.1, time.monotonic() + self.settings.store_outage_seconds
+        while True:
+            try:
+                events = await self.bus.read(sid, after="0")
+                break
+            except REDIS_OUTAGE:
+                if time.monotonic() > deadline:
+                    log.error("session %s: turn %s: could not settle its final", sid, turn_id)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        final = next(
+            (e for e in events if isinstance(e, FinalEvent) and e.turn_id == turn_id), None
+        )
+        if final is None:
+            return
+        await self._backfill_audit(sid, turn_id)
+        try:
+            await emitter.published(final)
+        except Exception:
+            log.exception("session %s: turn %s: what follows its final failed", sid, turn_id)
 
     async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> _Finished | None:
         """Run a claimed turn; return what the caller finishes it with (in its next
