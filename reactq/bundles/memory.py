@@ -119,7 +119,7 @@ def memory_tools(
         await (await opened()).put_document(space, name, value)
         return f"Remembered as {name}."
 
-    @tool
+    @tool(read_only=True)
     async def recall(
         ctx: ToolContext,
         query: Annotated[str, Field(max_length=200)] = "",
