@@ -20,7 +20,7 @@ import sys
 from reactq import Agent, FinalEvent, Producer, SubagentEvent, tool
 
 
-@tool
+@tool(read_only=True)
 async def get_weather(city: str) -> dict[str, object]:
     """Get the current weather for a city."""
     return {"city": city, "temp_c": 21, "conditions": "sunny"}

@@ -18,7 +18,7 @@ from reactq import Agent, ToolMode, tool
 from reactq.demo.weather import get_weather as look_up
 
 
-@tool()
+@tool(read_only=True)
 async def get_weather(city: str, unit: str = "celsius") -> dict[str, object]:
     """Get the current weather for a city.
 

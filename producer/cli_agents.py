@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -20,7 +21,9 @@ def add_agents_commands(sub: Any, command: Callable[..., Any]) -> None:
         "agents",
         "list the agents the pool hosts",
         "Every agent a worker announced in Redis: its version, whether a worker hosting it "
-        "is live (beat within REACTQ_HEARTBEAT_SECONDS), and how many tools it offers.",
+        "is live (beat within REACTQ_HEARTBEAT_SECONDS), and how many tools it offers. A "
+        "name live with two definitions (config versions) has a line for each, and a "
+        "warning on stderr, until one is gone.",
     )
     agents.add_argument("--json", action="store_true", help="one JSON agent per line")
     tools = command(
@@ -38,16 +41,27 @@ def add_agents_commands(sub: Any, command: Callable[..., Any]) -> None:
 async def _agents(args: argparse.Namespace) -> int:
     async with Producer(Settings.from_env()) as producer:
         found = await producer.agents()
+    versions: dict[str, list[str]] = {}
     for agent in found:
+        if agent.live:
+            versions.setdefault(agent.name, []).append(str(agent.config_version))
         if args.json:
             print(agent.model_dump_json())
             continue
         tools = "?" if agent.tools is None else str(agent.tools)
         mode = ",".join(agent.tool_categories) if agent.tool_categories else "all"
+        hosts = ", ".join(agent.workers) if agent.workers else agent.worker
         print(
             f"{agent.name}  {'live' if agent.live else 'gone'}  version {agent.config_version}  "
-            f"tools {tools} ({mode})  last seen {when(agent.last_seen)} on {agent.worker}"
+            f"tools {tools} ({mode})  last seen {when(agent.last_seen)} on {hosts}"
         )
+    for name, live in versions.items():
+        if len(live) > 1:
+            print(
+                f"reactq: warning: agent {name!r} is live with {len(live)} definitions "
+                f"(versions {', '.join(live)}): its turns may reach any of them",
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -521,7 +521,8 @@ class Producer:
 
     async def agents(self) -> list[AgentInfo]:
         """The agents workers announced, by name (``live``: a worker hosting it beat
-        within ``REACTQ_HEARTBEAT_SECONDS``)."""
+        within ``REACTQ_HEARTBEAT_SECONDS``); one for each definition (config version)
+        live workers host, so a name live with two definitions is listed twice."""
         return await self.registry.agents(live_within=self.settings.heartbeat_seconds)
 
     async def agent_tools(self, agent: str) -> AgentTools:

@@ -1,7 +1,7 @@
 """The gateway's agent routes: which agents the pool hosts, and each one's tools.
 ``gateway.py`` mounts them under ``/v1``, behind the API key::
 
-    GET /v1/agents                 the agents workers announced, by name
+    GET /v1/agents                 the agents workers announced, by name and live definition
     GET /v1/agents/{name}/tools    the agent's tools: category, source, JSON schema   404
 
 The gateway loads no agent code: both answers come from the worker registry, where
@@ -42,7 +42,8 @@ class AgentList(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     agents: list[AgentInfo] = Field(default_factory=list)
-    """Every agent a worker announced (and the key may see), by name."""
+    """Every agent a worker announced (and the key may see), by name: a name live with
+    two definitions (config versions) at once has an entry for each."""
 
 
 def _registry(request: Request) -> tuple[WorkerRegistry, float]:
@@ -53,7 +54,8 @@ def _registry(request: Request) -> tuple[WorkerRegistry, float]:
 @router.get("/agents", response_model=AgentList, dependencies=[touches(Touches.LISTING)])
 async def list_agents(request: Request) -> AgentList:
     """The agents workers announced: each one's version, last announcement, whether a
-    worker hosting it is live, and how many tools it offers."""
+    worker hosting it is live, and how many tools it offers; one entry for each
+    definition of a name that live workers host."""
     registry, window = _registry(request)
     scope = scope_of(request)
     found = await registry.agents(live_within=window)

@@ -1,8 +1,10 @@
 """The tool catalogue: what kind each tool is, and what an agent offers the model.
 
 Every tool is one of three categories (``ToolCategory``): it only reads, it changes
-something, or it keeps the agent's own bookkeeping (a plan, a skill it loads). The
-category decides two things: read tools of one step run side by side while the
+something, or it keeps the agent's own bookkeeping (a plan). A tool that declares
+none is WRITE: only a tool said to be read-only (``@tool(read_only=True)``, an MCP
+tool with its server's ``readOnlyHint``) runs beside others. The category decides
+two things: read tools of one step run side by side while the
 others run alone, and an agent may expose only some categories
 (``Agent(tool_categories={ToolCategory.READ})``, a read-only reviewer).
 
@@ -27,9 +29,10 @@ class ToolCategory(StrEnum):
     """What a tool does to the world: READ, WRITE or META."""
 
     READ = "read"
-    """Only reads: calls of one step run concurrently."""
+    """Only reads (``@tool(read_only=True)``): calls of one step run concurrently."""
     WRITE = "write"
-    """Changes something (files, records, the outside world): runs alone, in order."""
+    """Changes something (files, records, the outside world): runs alone, in order.
+    A tool's category unless it declares another."""
     META = "meta"
     """The agent's own bookkeeping (its todo list, loading a skill): runs alone."""
 
@@ -97,20 +100,23 @@ class AgentTools(BaseModel):
 
 
 class AgentInfo(BaseModel):
-    """An agent the pool hosts, as ``GET /v1/agents`` lists it."""
+    """One definition of an agent the pool hosts, as ``GET /v1/agents`` lists it: a
+    name live with two definitions (config versions) at once is listed twice."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     """The agent."""
     config_version: str | None = None
-    """The newest announced definition's version."""
+    """The definition's version (``Agent.config_version``)."""
     worker: str | None = None
     """The worker that announced it last."""
+    workers: list[str] = Field(default_factory=list)
+    """The live workers hosting this definition (none when it is gone)."""
     last_seen: float | None = None
     """Unix time of that announcement."""
     live: bool = False
-    """True when a worker hosting it beat within ``REACTQ_HEARTBEAT_SECONDS``."""
+    """True when a worker hosting this definition beat within ``REACTQ_HEARTBEAT_SECONDS``."""
     tool_categories: list[ToolCategory] | None = None
     """The categories it exposes (None: all, or not announced)."""
     tools: int | None = None

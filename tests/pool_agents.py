@@ -7,7 +7,7 @@ import asyncio
 from reactq.worker import Agent, ToolContext, ToolMode, tool
 
 
-@tool()
+@tool(read_only=True)
 async def lookup(key: str, ctx: ToolContext) -> dict:
     """Look a key up (returns it with the turn that asked)."""
     return {"key": key, "turn": ctx.turn_id, "attempt": ctx.attempt}

@@ -12,13 +12,13 @@ from reactq.worker import Agent, ToolMode, tool
 URL = os.environ.get("REACTQ_TEST_LLM_URL", "http://127.0.0.1:9/v1")
 
 
-@tool()
+@tool(read_only=True)
 async def get_weather(city: str) -> dict[str, Any]:
     """Get the current weather in a city."""
     return {"city": city, "temp_c": 17, "sky": "drizzle"}
 
 
-@tool()
+@tool(read_only=True)
 async def get_population(country: str) -> dict[str, Any]:
     """Get the population of a country."""
     return {"country": country, "population": 4321987}

@@ -21,7 +21,7 @@ class Forecast(BaseModel):
     temp_c: int
 
 
-@tool()
+@tool(read_only=True)
 async def get_weather(city: str) -> dict[str, Any]:
     """Weather in a city."""
     return {"city": city, "temp_c": 21}

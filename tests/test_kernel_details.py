@@ -23,7 +23,7 @@ peak = 0
 order: list[str] = []
 
 
-@tool
+@tool(read_only=True)
 async def read(key: str) -> str:
     """Read a key (waits a little, so reads overlap)."""
     global running, peak

@@ -31,7 +31,7 @@ log: list[str] = []
 both_running = asyncio.Event()
 
 
-@tool
+@tool(read_only=True)
 async def read_a(key: str) -> str:
     """Read A."""
     log.append(f"start a {key}")
@@ -41,7 +41,7 @@ async def read_a(key: str) -> str:
     return f"a={key}"
 
 
-@tool
+@tool(read_only=True)
 async def read_b(key: str) -> str:
     """Read B."""
     log.append(f"start b {key}")

@@ -21,7 +21,7 @@ from reactq.worker.local import run_local_turn
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
 
 
-@tool()
+@tool(read_only=True)
 async def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"

@@ -13,7 +13,7 @@ from reactq.worker.agent.parsers import JsonParser, ProseParser
 from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
 
 
-@tool
+@tool(read_only=True)
 async def get_weather(city: str) -> dict[str, object]:
     """Weather in a city."""
     return {"city": city, "temp_c": 18}

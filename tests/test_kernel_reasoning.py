@@ -28,7 +28,7 @@ from tests.state_fixtures import (  # noqa: F401 - the fixtures register by impo
 MISSING = "Missing `reasoning_content` field in the assistant message with tool calls"
 
 
-@tool()
+@tool(read_only=True)
 async def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"

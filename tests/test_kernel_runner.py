@@ -77,7 +77,7 @@ class CommitObserver(MemoryStateStore):
         await super().commit_turn(session_id, messages, record, fence, branch_id, **options)
 
 
-@tool
+@tool(read_only=True)
 def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"

@@ -126,7 +126,7 @@ async def test_a_text_mode_turn_sends_stops_and_notes_and_says_what_went_wrong()
     sequence is retried with a reminder naming why; the call's result carries the
     note on what to answer next; the answer ends the turn."""
 
-    @tool
+    @tool(read_only=True)
     async def get_weather(city: str) -> dict[str, object]:
         """Weather in a city."""
         return {"city": city, "temp_c": 17}

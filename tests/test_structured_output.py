@@ -34,7 +34,7 @@ WEATHER_SCHEMA: dict[str, Any] = {
 }
 
 
-@tool
+@tool(read_only=True)
 async def get_weather(city: str) -> dict[str, object]:
     """Weather in a city."""
     return {"city": city, "temp_c": 18}

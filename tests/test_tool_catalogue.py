@@ -9,6 +9,7 @@ it (a key limited to some agents sees only those), and so does ``reactq tools``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +19,13 @@ import httpx2
 import pytest
 
 from reactq import Agent, Registry, Tool, ToolCategory, tool
-from reactq.worker.agent.llm.scripted_server import ScriptedServer
+from reactq.bundles import file_tools, image_tools, memory_tools, todo_tools
+from reactq.shared.state.memory import MemoryStateStore
+from reactq.worker.agent import AgentLoop, LoopConfig
+from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from tests.gateway_support import Gateway, start_gateway
 from tests.helpers import run_cli, running_pool
+from tests.kernel_support import ListBus, emitter_for, endpoint, scripted, user
 from tests.todo_agents import plan_script
 
 API_KEYS = "admin:admin-key,planners:planner-key;agents=planner"
@@ -29,8 +34,13 @@ API_KEYS = "admin:admin-key,planners:planner-key;agents=planner"
 # -- declaring categories -----------------------------------------------------------
 
 
-def test_a_tool_is_read_unless_it_writes_or_says_otherwise() -> None:
-    @tool()
+def test_a_tool_is_write_unless_declared_read_only() -> None:
+    @tool
+    def refund_order(order: str) -> str:
+        """Refund an order."""
+        return order
+
+    @tool(read_only=True)
     def look(key: str) -> str:
         """Look."""
         return key
@@ -45,12 +55,24 @@ def test_a_tool_is_read_unless_it_writes_or_says_otherwise() -> None:
         """Plan."""
         return step
 
+    assert (refund_order.category, refund_order.writes) == (ToolCategory.WRITE, True)
+    assert refund_order.info().category is ToolCategory.WRITE
+    assert Tool(look.fn).category is ToolCategory.WRITE
     assert (look.category, look.writes) == (ToolCategory.READ, False)
     assert (put.category, put.writes) == (ToolCategory.WRITE, True)
     assert (plan.category, plan.writes) == (ToolCategory.META, True)  # runs alone
+    # The older spellings still say what they said.
+    assert Tool(look.fn, writes=False).category is ToolCategory.READ
+    assert Tool(look.fn, category=ToolCategory.READ).category is ToolCategory.READ
+    assert Tool(look.fn, writes=True, category="meta").category is ToolCategory.META
+    assert Tool(look.fn, read_only=True, writes=False).category is ToolCategory.READ
     assert look.info().source == "local" and look.info().origin is None
     with pytest.raises(ValueError, match="writes=True conflicts with category=READ"):
         Tool(look.fn, writes=True, category=ToolCategory.READ)
+    with pytest.raises(ValueError, match="read_only=True conflicts with category=WRITE"):
+        Tool(look.fn, read_only=True, category="write")
+    with pytest.raises(ValueError, match="writes=True conflicts with read_only=True"):
+        tool(read_only=True, writes=True)(look.fn)
     with pytest.raises(ValueError, match="unknown category 'delete'"):
         Tool(look.fn, category="delete")
     with pytest.raises(ValueError, match="unknown tool category 'admin'"):
@@ -59,6 +81,78 @@ def test_a_tool_is_read_unless_it_writes_or_says_otherwise() -> None:
     assert registry.names == ["look"]
     assert registry.hidden_category("put") is ToolCategory.WRITE
     assert registry.hidden_category("look") is None
+
+
+def test_the_bundles_declare_their_read_only_tools(tmp_path: Path) -> None:
+    def categories(tools: list[Tool]) -> dict[str, str]:
+        return {t.name: t.category.value for t in tools}
+
+    assert categories(file_tools(tmp_path, download=True)) == {
+        "read_file": "read",
+        "list_files": "read",
+        "search_files": "read",
+        "glob_files": "read",
+        "write_file": "write",
+        "edit_file": "write",
+        "apply_patch": "write",
+        "download_file": "write",
+    }
+    assert categories(memory_tools("notes", store=MemoryStateStore())) == {
+        "remember": "write",
+        "recall": "read",
+        "forget": "write",
+    }
+    assert categories(image_tools(tmp_path)) == {"image_info": "read", "analyze_image": "read"}
+    assert categories(todo_tools()) == {"update_todos": "meta", "list_todos": "meta"}
+
+
+running: list[str] = []
+overlapped: list[tuple[str, str]] = []
+
+
+async def _take_turns(name: str, key: str) -> str:
+    """Yield to the loop a few times: a call started beside this one runs meanwhile."""
+    overlapped.extend((name, other) for other in running)
+    running.append(name)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    running.remove(name)
+    return f"{name} {key}"
+
+
+@tool
+async def refund(order: str) -> str:
+    """Refund an order (no knobs: a WRITE tool)."""
+    return await _take_turns("refund", order)
+
+
+@tool(read_only=True)
+async def status(order: str) -> str:
+    """An order's status."""
+    return await _take_turns("status", order)
+
+
+@pytest.mark.parametrize(
+    ("calls", "overlaps"),
+    [
+        ([("refund", "1"), ("refund", "2")], []),
+        ([("status", "1"), ("refund", "2"), ("status", "3")], []),
+        ([("status", "1"), ("status", "2")], [("status", "status")]),
+    ],
+)
+async def test_a_tool_without_knobs_runs_alone_and_read_only_ones_side_by_side(
+    calls: list[tuple[str, str]], overlaps: list[tuple[str, str]]
+) -> None:
+    overlapped.clear()
+    asked = [(name, {"order": key}) for name, key in calls]
+    handler = scripted(Reply.tool_calls(asked), Reply.text("done"))
+    async with endpoint(handler) as (_server, llm):
+        bus = ListBus()
+        loop = AgentLoop(llm, Registry([refund, status]), LoopConfig(model="m"))
+        result = await loop.run([user("x")], emitter_for(bus))
+    assert result.text == "done"
+    assert overlapped == overlaps
+    assert [o.output for o in bus.of("observation")] == [f"{n} {k}" for n, k in calls]
 
 
 # -- through a worker and the gateway ---------------------------------------------------

@@ -17,7 +17,7 @@ from reactq.worker.agent.tools import ToolCategory
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@tool()
+@tool(read_only=True)
 async def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"

@@ -78,6 +78,8 @@ class Bridge:
         """Each agent's tools as its model sees them (MCP tools included), published in
         the registry with every announcement."""
         self._duties: list[asyncio.Future[None]] = []
+        self._rivals: dict[str, frozenset[str | None]] = {}
+        """Agent -> the other live versions of its name this worker last warned of."""
         self.metrics: WorkerMetrics | None = None
         # The turns in flight are bounded here, not by Celery's threads (hand_off).
         self._slots = threading.BoundedSemaphore(settings.concurrency)
@@ -239,6 +241,7 @@ class Bridge:
         await registry.register_agents(
             sorted(self.agents), self.worker_name, self._profiles(), self.catalogues
         )
+        await self._warn_of_rivals(registry)
         self._duties = [
             asyncio.ensure_future(listen_for_control(self.redis, keys, self.drainer)),
             asyncio.ensure_future(
@@ -279,8 +282,38 @@ class Bridge:
                 await registry.register_agents(
                     agents, self.worker_name, self._profiles(), self.catalogues
                 )
+                await self._warn_of_rivals(registry)
             except Exception as exc:  # Redis away for a moment: the next beat will do
                 log.warning("worker heartbeat failed (%s: %s)", type(exc).__name__, exc)
+
+    async def _warn_of_rivals(self, registry: WorkerRegistry) -> None:
+        """Log a WARNING when a name this worker hosts is live with another definition
+        (a rolling deploy, or two different agents named alike): turns and delegations
+        for it then reach either one. Once a change, not at every beat."""
+        versions = {name: agent.config_version for name, agent in self.agents.items()}
+        found = await registry.rivals(versions, self.settings.heartbeat_seconds)
+        for name in sorted(versions):
+            others = found.get(name, [])
+            seen = frozenset(o.config_version for o in others)
+            if seen == self._rivals.get(name, frozenset()):
+                continue
+            self._rivals[name] = seen
+            if not others:
+                log.info("agent %r: version %s is its only live definition", name, versions[name])
+                continue
+            where = "; ".join(
+                f"version {o.config_version} on {', '.join(o.workers)}" for o in others
+            )
+            log.warning(
+                "agent %r: this worker (%s) hosts version %s, and another definition of the "
+                "name is live in namespace %r (%s): its turns and delegations may reach "
+                "either until one is gone (`reactq agents` lists both)",
+                name,
+                self.worker_name,
+                versions[name],
+                self.settings.namespace,
+                where,
+            )
 
     def _profiles(self) -> dict[str, AgentProfile]:
         """What producers check a turn's overrides against (see ``WorkerRegistry``)."""

@@ -1,7 +1,7 @@
 """The file tools: read, write, edit, list, search and glob a session's workspace.
 
-``read_file``, ``list_files``, ``search_files`` and ``glob_files`` only read:
-the executor runs several of them at once. ``write_file`` and ``edit_file``
+``read_file``, ``list_files``, ``search_files`` and ``glob_files`` only read
+(``read_only=True``): the executor runs several of them at once. ``write_file`` and ``edit_file``
 are ``writes=True`` tools, so each runs alone, in the order the model asked,
 and both change the workspace through ``Workspace.commit`` only. Every file
 operation is blocking I/O and runs in a thread, off the worker's event loop.
@@ -506,10 +506,10 @@ def file_tools(
         )
 
     readers = [
-        Tool(read_file, name="read_file"),
-        Tool(list_files, name="list_files"),
-        Tool(search_files, name="search_files"),
-        Tool(glob_files, name="glob_files"),
+        Tool(read_file, name="read_file", read_only=True),
+        Tool(list_files, name="list_files", read_only=True),
+        Tool(search_files, name="search_files", read_only=True),
+        Tool(glob_files, name="glob_files", read_only=True),
     ]
     if read_only:
         return readers

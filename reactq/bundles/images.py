@@ -256,4 +256,7 @@ def image_tools(
         await answers.put(key, answer)
         return answer
 
-    return [Tool(image_info, name="image_info"), Tool(analyze_image, name="analyze_image")]
+    return [
+        Tool(image_info, name="image_info", read_only=True),
+        Tool(analyze_image, name="analyze_image", read_only=True),
+    ]

@@ -146,7 +146,7 @@ def memory_tools(
             raise MemoryToolError(exc.message) from None
         return f"Remembered as {name}."
 
-    @tool
+    @tool(read_only=True)
     async def recall(
         ctx: ToolContext,
         query: Annotated[str, Field(max_length=200)] = "",

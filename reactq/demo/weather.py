@@ -9,7 +9,7 @@ from reactq.worker import Agent, ToolMode, tool
 CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "foggy", "snowy")
 
 
-@tool()
+@tool(read_only=True)
 async def get_weather(city: str) -> dict[str, object]:
     """Get the current weather for a city.
 

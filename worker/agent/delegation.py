@@ -139,8 +139,11 @@ def delegation_tools(subagents: Sequence[Subagent], max_parallel: int) -> list[T
     """The ``delegate`` and ``delegate_parallel`` tools of an agent with ``subagents``."""
     names = ", ".join(s.name for s in subagents)
 
+    # Read-only as the executor sees them: the delegator ran the child turns before
+    # the step's calls, and a call only returns the outcome it was handed.
     @tool(
         name=DELEGATE,
+        read_only=True,
         description=f"Hand a task to one of your subagents ({names}) and get its answer "
         "back. The subagent sees only the task: say everything it needs.",
     )
@@ -149,6 +152,7 @@ def delegation_tools(subagents: Sequence[Subagent], max_parallel: int) -> list[T
 
     @tool(
         name=DELEGATE_PARALLEL,
+        read_only=True,
         description=f"Hand up to {max_parallel} tasks to your subagents ({names}) at once, "
         "each agent at most once; get every answer back, in order, as a JSON list.",
     )

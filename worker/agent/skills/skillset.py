@@ -275,5 +275,6 @@ class SkillSet:
 
         return tool(
             name=LOAD_SKILL_TOOL,
+            read_only=True,
             description="Load a skill's instructions, or one of its files, by name.",
         )(load_skill)

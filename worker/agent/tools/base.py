@@ -94,7 +94,8 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
-        writes: bool = False,
+        writes: bool | None = None,
+        read_only: bool = False,
         requires_approval: bool = False,
         category: ToolCategory | str | None = None,
         source: ToolSource | None = None,
@@ -102,8 +103,9 @@ class Tool:
         prompt_section: PromptSection | None = None,
     ) -> None:
         self.fn = fn
-        self.category: ToolCategory = _category(category, writes, name or fn.__name__)
-        """READ, WRITE or META: only READ tools of one step run side by side."""
+        self.category: ToolCategory = _category(category, writes, read_only, name or fn.__name__)
+        """READ, WRITE or META: only READ tools of one step run side by side. WRITE
+        unless declared otherwise: a tool nobody said is safe to overlap runs alone."""
         inferred, module = _source_of(fn)
         self.source: ToolSource = source or inferred
         """Where the tool comes from (local, bundle, mcp, builtin)."""
@@ -209,7 +211,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    writes: bool = False,
+    writes: bool | None = None,
+    read_only: bool = False,
     requires_approval: bool = False,
     category: ToolCategory | str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
@@ -220,15 +223,17 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    writes: bool = False,
+    writes: bool | None = None,
+    read_only: bool = False,
     requires_approval: bool = False,
     category: ToolCategory | str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a function a Tool; use as ``@tool`` or ``@tool(name=..., timeout=..., writes=True)``.
+    """Make a function a Tool; use as ``@tool`` or ``@tool(name=..., read_only=True)``.
 
-    ``category`` is READ, WRITE or META (``ToolCategory``); without one a tool is
-    READ, or WRITE when marked ``writes=True`` (shorthand for
-    ``category=ToolCategory.WRITE``). Consecutive calls of READ tools in one step
+    ``category`` is READ, WRITE or META (``ToolCategory``). A tool is WRITE unless
+    declared otherwise: ``read_only=True`` (shorthand for ``category=ToolCategory.READ``,
+    as is ``writes=False``) makes it READ; ``writes=True`` is ``category=ToolCategory.WRITE``;
+    knobs that disagree raise ValueError. Consecutive calls of READ tools in one step
     run concurrently; the others run alone, in the order the model asked. An agent
     may expose only some categories (``Agent(tool_categories=...)``). A tool marked
     ``requires_approval=True`` runs only once a person approved the call; on the
@@ -246,6 +251,7 @@ def tool(
             description=description,
             timeout=timeout,
             writes=writes,
+            read_only=read_only,
             requires_approval=requires_approval,
             category=category,
         )
@@ -253,21 +259,37 @@ def tool(
     return wrap(fn) if fn is not None else wrap
 
 
-def _category(category: ToolCategory | str | None, writes: bool, name: str) -> ToolCategory:
-    """The tool's category: the one given, else WRITE for ``writes=True``, else READ."""
-    if category is None:
-        return ToolCategory.WRITE if writes else ToolCategory.READ
-    try:
-        found = ToolCategory(category)
-    except ValueError:
-        known = ", ".join(c.value for c in ToolCategory)
-        raise ValueError(f"tool {name!r}: unknown category {category!r}: use {known}") from None
-    if writes and found is ToolCategory.READ:
-        raise ValueError(
-            f"tool {name!r}: writes=True conflicts with category=READ: drop writes=, or "
-            "give category=WRITE"
-        )
-    return found
+def _category(
+    category: ToolCategory | str | None, writes: bool | None, read_only: bool, name: str
+) -> ToolCategory:
+    """The tool's category: the one its knobs declare, else WRITE (the safe default:
+    a tool that may change the world never overlaps another call). ValueError names
+    an unknown category, or two knobs that disagree."""
+    # Each knob given, and whether it says the tool only reads.
+    declared: list[tuple[str, bool]] = []
+    found: ToolCategory | None = None
+    if category is not None:
+        try:
+            found = ToolCategory(category)
+        except ValueError:
+            known = ", ".join(c.value for c in ToolCategory)
+            raise ValueError(f"tool {name!r}: unknown category {category!r}: use {known}") from None
+        declared.append((f"category={found.name}", found is ToolCategory.READ))
+    if read_only:
+        declared.append(("read_only=True", True))
+    if writes is not None:
+        declared.append((f"writes={bool(writes)}", not writes))
+    for knob, reads in declared[1:]:
+        first, first_reads = declared[0]
+        if reads is not first_reads:
+            raise ValueError(
+                f"tool {name!r}: {knob} conflicts with {first}: give one of them "
+                "(read_only=True for a tool that only reads, writes=True or a category "
+                "otherwise)"
+            )
+    if found is not None:
+        return found
+    return ToolCategory.READ if declared and declared[0][1] else ToolCategory.WRITE
 
 
 def _source_of(fn: Callable[..., Any]) -> tuple[ToolSource, str | None]:
