@@ -318,5 +318,5 @@ def test_models_and_dataclasses_are_formatted_by_field() -> None:
     assert format_tool_result([ToolContext("s", "t", 1)]) == (
         '[{"session_id": "s", "turn_id": "t", "attempt": 1, "resumed": false, '
         '"context": {}, "metadata": {}, "agent": "", "store": null, "emitter": null, '
-        '"fence": null}]'
+        '"fence": null, "tenant": null}]'
     )
