@@ -27,6 +27,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.engine import Connection
 
 from reactq.shared.keys import Keys
+from reactq.shared.redis_client import lua_source
 from reactq.shared.state.outage import is_outage
 from reactq.shared.state.sql import SqlStateStore
 from reactq.shared.state.sql_bulk import insert_many
@@ -36,12 +37,7 @@ __all__ = ["AuditSpill", "write_back_forever"]
 
 log = logging.getLogger("reactq.audit")
 
-_HOLD = """
-local length = redis.call('RPUSH', KEYS[1], unpack(ARGV, 2))
-local cap = tonumber(ARGV[1])
-if length > cap then redis.call('LTRIM', KEYS[1], -cap, -1) end
-return length
-"""
+_HOLD = lua_source(__name__, "audit_spill_hold")
 """KEYS: the list; ARGV: the cap, then the rows. Returns the length before the trim."""
 
 _BATCH = 500
