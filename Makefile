@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean docs compose-local
+.PHONY: install demo test lint bench clean docs docs-site compose-local
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check reactq shared worker producer tests bench examples scripts
 	$(BIN)/ruff format --check reactq shared worker producer tests bench examples scripts
 	$(BIN)/mypy
+	$(MAKE) docs-site
+
+# The docs site (mkdocs.yml): the README as its home page, the guide, the API reference
+# from the docstrings. --strict: a broken link or anchor, a page outside the nav or a
+# name mkdocstrings cannot resolve fails (not with --quiet: it hides the warnings that
+# strict counts). Offline: no fonts or plugins that fetch.
+docs-site: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # docs/configuration.md and docs/errors.md, generated from shared/settings.py and
 # shared/error_codes.py (a test fails when either is stale).
@@ -40,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/pool.py
 
 clean:
-	rm -rf $(VENV) .reactq .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .reactq .pytest_cache .mypy_cache .ruff_cache site

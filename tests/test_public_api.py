@@ -32,6 +32,10 @@ from reactq.testing import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+GUIDE_AGENTS = "docs/guide/agents.md"
+GUIDE_TESTING = "docs/guide/testing.md"
+# Every page whose code a user copies: the README and the guide (docs/guide/).
+DOCUMENTED = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/guide/*.md"))]
 PUBLIC = [
     "__version__",
     # defining agents
@@ -400,13 +404,13 @@ async def test_scripted_server_through_the_openai_sdk() -> None:
 
 
 def test_examples_and_readme_use_the_public_face() -> None:
-    readme = (ROOT / "README.md").read_text()
-    for line in readme.splitlines():
-        if line.startswith("from reactq"):
-            names = line.split(" import ", 1)[1].split(",")
-            module = importlib.import_module(line.split()[1])
-            for name in names:
-                assert hasattr(module, name.strip()), line
+    for doc in DOCUMENTED:
+        for line in (ROOT / doc).read_text().splitlines():
+            if line.startswith("from reactq"):
+                names = line.split(" import ", 1)[1].split("#", 1)[0].split(",")
+                module = importlib.import_module(line.split()[1])
+                for name in names:
+                    assert hasattr(module, name.strip()), f"{doc}: {line}"
     for path in (ROOT / "examples").glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -433,10 +437,10 @@ def _python_blocks(name: str) -> list[str]:
 
 
 async def test_the_documented_snippets_run() -> None:
-    """README's agent and its test, and docs/api.md's example, as a user copies them."""
-    readme = _python_blocks("README.md")
-    agent_block = next(b for b in readme if "agent = Agent(" in b)
-    test_block = next(b for b in readme if "def test_weather" in b)
+    """README's agent and the guide's test of it, and docs/api.md's example, as a user
+    copies them."""
+    agent_block = next(b for b in _python_blocks("README.md") if "agent = Agent(" in b)
+    test_block = next(b for b in _python_blocks(GUIDE_TESTING) if "def test_weather" in b)
     namespace: dict[str, Any] = {}
     exec(agent_block, namespace)
     exec(test_block, namespace)
@@ -448,15 +452,19 @@ async def test_the_documented_snippets_run() -> None:
     await namespace["test_weather_agent"]()
 
 
-def test_the_readme_scripts_your_own_tool_call() -> None:
-    """Issue 21, item 4: "Write an agent" says what the offline model can do and shows, as
-    a script a user runs, the scripted model calling the user's own tool."""
+def test_the_guide_scripts_your_own_tool_call() -> None:
+    """Issue 21, item 4: the guide's "Without a model" says what the offline model can do
+    and shows, as a script a user runs, the scripted model calling the user's own tool;
+    the README's "Write an agent" leads there."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Write an agent", 1)[1].split("\n## ", 1)[0]
+    door = readme.split("## Write an agent", 1)[1].split("\n## ", 1)[0]
+    assert f"]({GUIDE_AGENTS})" in door
+    guide = (ROOT / GUIDE_AGENTS).read_text()
+    section = guide.split("## Without a model", 1)[1].split("\n## ", 1)[0]
     assert "offline demo model" in section and "get_weather" in section
     assert "echo" in section
     script = next(
-        b for b in _python_blocks("README.md") if "asyncio.run(" in b and "ScriptedLLM" in b
+        b for b in _python_blocks(GUIDE_AGENTS) if "asyncio.run(" in b and "ScriptedLLM" in b
     )
     assert script in section
     out = subprocess.run(
@@ -467,3 +475,13 @@ def test_the_readme_scripts_your_own_tool_call() -> None:
     assert any(line.startswith("action") and "lookup_order" in line for line in lines), lines
     assert any(line.startswith("observation") and "shipped" in line for line in lines), lines
     assert lines[-1] == "final: Order A-17 has shipped."
+
+
+def test_the_readme_is_a_door_to_every_guide_page() -> None:
+    """Issue 30: the README stays short and its "Where to go next" links every guide page."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    section = readme.split("## Where to go next", 1)[1]
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("docs/guide/*.md"))
+    assert pages, "docs/guide/ is empty"
+    assert [p for p in pages if f"]({p})" not in section] == []
