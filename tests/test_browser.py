@@ -126,7 +126,7 @@ def test_send_watch_live_and_resume_after_drops(driver: Any, env: dict[str, str]
     port = int(gateway.url.rsplit(":", 1)[1])
     session = f"web-{uuid.uuid4().hex[:8]}"
     try:
-        driver.get(gateway.url + "/")
+        driver.get(gateway.url + "/?debug")  # window.reactqDebug
         driver.find_element(By.ID, "session").send_keys(session)
         driver.find_element(By.ID, "agent").send_keys("e2e")
         driver.find_element(By.ID, "apikey").send_keys(KEY)
