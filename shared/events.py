@@ -66,14 +66,9 @@ class BaseEvent(BaseModel):
     ends_turn: ClassVar[bool] = False
     """Each turn ends with exactly one event of this type."""
     cli: ClassVar[View] = GENERIC
-    """How the CLI (``reactq send``, ``watch``, ``turn``) shows it."""
+    """How the CLI (``reactq send``, ``watch``, ``audit``) shows it."""
     page: ClassVar[View] = GENERIC
     """How the gateway's page shows it."""
-
-    @classmethod
-    def event_type(cls) -> str:
-        """The ``type`` this class's events carry."""
-        return str(cls.model_fields["type"].default)
 
     v: int = EVENT_SCHEMA_VERSION
     """Schema version of the payload."""
@@ -89,6 +84,11 @@ class BaseEvent(BaseModel):
     """Position within the attempt."""
     ts: float = Field(default_factory=time.time)
     """Unix time the event was made."""
+
+    @classmethod
+    def event_type(cls) -> str:
+        """The ``type`` this class's events carry."""
+        return str(cls.model_fields["type"].default)
 
 
 class QueuedEvent(BaseEvent):
