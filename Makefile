@@ -34,11 +34,13 @@ lint: $(STAMP)
 docs-site: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# docs/configuration.md and docs/errors.md, generated from shared/settings.py and
-# shared/error_codes.py (a test fails when either is stale).
+# docs/configuration.md, docs/errors.md and docs/events.md (with the page's table,
+# producer/static/events.js), generated from shared/settings.py, shared/events.py and
+# shared/error_codes.py (a test fails when one is stale).
 docs: $(STAMP)
 	$(BIN)/python -m reactq.shared.config_doc --write
 	$(BIN)/python -m reactq.shared.errors_doc --write
+	$(BIN)/python -m reactq.shared.events_doc --write
 
 # docker-compose.yml's services as local processes (Redis and PostgreSQL on 127.0.0.1), then a turn.
 compose-local: $(STAMP)

@@ -5,13 +5,22 @@ Every step of a turn is one event on the session's stream. Each event carries
 ``session_id``, ``turn_id``, ``attempt`` (1 for the first run of a turn, n+1 when
 a turn is re-run after a lost worker), ``seq`` (the position within one attempt;
 the producer's ``queued`` is 0) and ``ts`` (Unix time).
+
+An event type is declared once, by its class below: its fields (the wire format), its
+docstring (when it is published) and its traits as class variables: whether a child
+turn's copy goes to its parents (``forwarded_to_parents``), whether it ends the turn
+(``ends_turn``), and how the CLI and the gateway's page show it (``cli``, ``page``: a
+``View``). ``EVENT_CLASSES`` collects the classes and ``Event`` is built from them;
+docs/events.md and the page's table (producer/static/events.js) are generated from
+them by ``make docs`` (``shared/events_doc.py``).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -21,10 +30,45 @@ from reactq.shared.turns import TurnStatus
 EVENT_SCHEMA_VERSION = 1
 
 
+@dataclass(frozen=True)
+class View:
+    """How a renderer shows one type of event.
+
+    Two kinds every renderer knows: ``generic`` (the default: the type and its fields,
+    so a type nobody wrote a drawing for is still seen) and ``hidden`` (no line); and
+    ``text``: ``tag``, then ``template`` with each ``{field}`` replaced by the event's.
+    Any other kind names a drawing of the renderer's own (``producer/render.py`` for the
+    CLI, ``producer/static/app.js`` for the page; a test checks each kind is drawn).
+    """
+
+    kind: str = "generic"
+    """What draws it."""
+    tag: str = ""
+    """The line's label."""
+    template: str = ""
+    """For ``text``: the line after its tag, with ``{field}`` placeholders."""
+
+
+GENERIC = View()
+"""The type and its fields as they are."""
+HIDDEN = View("hidden")
+"""Not shown."""
+
+
 class BaseEvent(BaseModel):
     """Fields every event has."""
 
     model_config = ConfigDict(frozen=True)
+
+    forwarded_to_parents: ClassVar[bool] = True
+    """A child turn's event of this type is copied, as a short ``subagent`` event, to
+    the session of every turn above it (``worker/delegations.py``)."""
+    ends_turn: ClassVar[bool] = False
+    """Each turn ends with exactly one event of this type."""
+    cli: ClassVar[View] = GENERIC
+    """How the CLI (``reactq send``, ``watch``, ``audit``) shows it."""
+    page: ClassVar[View] = GENERIC
+    """How the gateway's page shows it."""
 
     v: int = EVENT_SCHEMA_VERSION
     """Schema version of the payload."""
@@ -41,11 +85,18 @@ class BaseEvent(BaseModel):
     ts: float = Field(default_factory=time.time)
     """Unix time the event was made."""
 
+    @classmethod
+    def event_type(cls) -> str:
+        """The ``type`` this class's events carry."""
+        return str(cls.model_fields["type"].default)
+
 
 class QueuedEvent(BaseEvent):
     """The producer accepted the turn and put it on the session's queue."""
 
     type: Literal["queued"] = "queued"
+    cli: ClassVar[View] = View("queued", "queued")
+    page: ClassVar[View] = View("queued", "you")
     agent: str
     """The agent that will run it."""
     message: str
@@ -63,6 +114,8 @@ class StartedEvent(BaseEvent):
     """A worker took the turn and began (or began again) to run it."""
 
     type: Literal["started"] = "started"
+    cli: ClassVar[View] = View("started", "started")
+    page: ClassVar[View] = View("started", "started")
     worker: str = ""
     """Which worker runs it (host and pid)."""
     resumed_from_step: int | None = None
@@ -76,6 +129,8 @@ class ThoughtEvent(BaseEvent):
     """Text the model produced alongside tool calls."""
 
     type: Literal["thought"] = "thought"
+    cli: ClassVar[View] = View("text", "thought", "{text}")
+    page: ClassVar[View] = View("text", "thought", "{text}")
     text: str
     """The model's words."""
 
@@ -84,6 +139,10 @@ class DeltaEvent(BaseEvent):
     """A coalesced piece of model output while it streams."""
 
     type: Literal["delta"] = "delta"
+    # Token streams and usage are not progress: a parent is not told of them.
+    forwarded_to_parents: ClassVar[bool] = False
+    cli: ClassVar[View] = HIDDEN
+    page: ClassVar[View] = HIDDEN
     text: str
     """The new text since the previous delta."""
 
@@ -93,6 +152,9 @@ class ReasoningEvent(BaseEvent):
     ``reasoning``): coalesced pieces while it streams, else the whole of it."""
 
     type: Literal["reasoning"] = "reasoning"
+    forwarded_to_parents: ClassVar[bool] = False
+    cli: ClassVar[View] = HIDDEN
+    page: ClassVar[View] = HIDDEN
     text: str
     """The new reasoning text since the previous one."""
 
@@ -102,6 +164,8 @@ class ModelFallbackEvent(BaseEvent):
     ``fallback_models`` (for the rest of the turn)."""
 
     type: Literal["model_fallback"] = "model_fallback"
+    cli: ClassVar[View] = HIDDEN
+    page: ClassVar[View] = HIDDEN
     from_model: str
     """The model that failed."""
     to_model: str
@@ -117,6 +181,8 @@ class RateLimitedEvent(BaseEvent):
     (once per wait, however often the worker looks again)."""
 
     type: Literal["rate_limited"] = "rate_limited"
+    cli: ClassVar[View] = HIDDEN
+    page: ClassVar[View] = HIDDEN
     model: str
     """The model whose budget is spent."""
     wait: float
@@ -130,6 +196,8 @@ class ActionEvent(BaseEvent):
     """The model called a tool."""
 
     type: Literal["action"] = "action"
+    cli: ClassVar[View] = View("call", "action")
+    page: ClassVar[View] = View("call", "tool call")
     tool: str
     """The tool's name."""
     args: Any = None
@@ -142,6 +210,8 @@ class ObservationEvent(BaseEvent):
     """A tool returned; its result goes back to the model."""
 
     type: Literal["observation"] = "observation"
+    cli: ClassVar[View] = View("text", "result", "{tool} -> {output}")
+    page: ClassVar[View] = View("result", "result")
     tool: str
     """The tool's name."""
     call_id: str = ""
@@ -154,6 +224,8 @@ class ToolFailedEvent(BaseEvent):
     """A tool call failed; the error goes back to the model and the run goes on."""
 
     type: Literal["tool_failed"] = "tool_failed"
+    cli: ClassVar[View] = View("text", "tool error", "{tool}: {error}")
+    page: ClassVar[View] = View("text", "tool error", "{tool}: {error}")
     tool: str
     """The tool's name (as the model spelled it)."""
     call_id: str = ""
@@ -168,6 +240,8 @@ class FileChangeEvent(BaseEvent):
     """A file tool changed a file of the session's workspace (or undo put one back)."""
 
     type: Literal["file_change"] = "file_change"
+    cli: ClassVar[View] = View("file", "file")
+    page: ClassVar[View] = View("file", "file")
     path: str
     """The file, relative to the workspace (a move's new path)."""
     kind: Literal["created", "modified", "deleted", "moved"]
@@ -185,6 +259,8 @@ class TodosEvent(BaseEvent):
     the change."""
 
     type: Literal["todos"] = "todos"
+    cli: ClassVar[View] = View("todos", "todos")
+    page: ClassVar[View] = View("todos", "todos")
     items: list[dict[str, Any]] = Field(default_factory=list)
     """Every item, in order: ``{"id", "text", "status"}`` (pending, in_progress, done)."""
 
@@ -193,6 +269,9 @@ class UsageEvent(BaseEvent):
     """Token usage of one model call."""
 
     type: Literal["usage"] = "usage"
+    forwarded_to_parents: ClassVar[bool] = False
+    cli: ClassVar[View] = View("gauge", "context")
+    page: ClassVar[View] = View("gauge", "context")
     model: str | None = None
     """The model that was called (a turn may move to a fallback model)."""
     prompt_tokens: int = 0
@@ -220,6 +299,8 @@ class CompactedEvent(BaseEvent):
     summary is committed with the turn, and the model reads from it on."""
 
     type: Literal["compacted"] = "compacted"
+    cli: ClassVar[View] = HIDDEN
+    page: ClassVar[View] = HIDDEN
     summarised_messages: int
     """How many messages the summary stands for (an earlier summary counts as one)."""
     up_to_sequence: int
@@ -238,6 +319,8 @@ class TurnsLeftOutEvent(BaseEvent):
     summarises them once the summary call works again."""
 
     type: Literal["turns_left_out"] = "turns_left_out"
+    cli: ClassVar[View] = View("left_out", "context")
+    page: ClassVar[View] = View("left_out", "context")
     turn_ids: list[str] = Field(default_factory=list)
     """The turns left out, oldest first (each with its message, steps and answer)."""
     messages: int
@@ -260,6 +343,8 @@ class GuardrailEvent(BaseEvent):
     """One guardrail's verdict on the turn's input or its final answer."""
 
     type: Literal["guardrail"] = "guardrail"
+    cli: ClassVar[View] = HIDDEN
+    page: ClassVar[View] = HIDDEN
     name: str
     """The guardrail's name."""
     stage: Literal["input", "output"]
@@ -281,6 +366,8 @@ class ErrorEvent(BaseEvent):
     """Something went wrong; a ``final`` follows."""
 
     type: Literal["error"] = "error"
+    cli: ClassVar[View] = View("text", "error", "{code}: {message}")
+    page: ClassVar[View] = View("text", "error", "{code}: {message}")
     code: str
     """The stable error code (see shared/errors.py)."""
     message: str
@@ -289,10 +376,68 @@ class ErrorEvent(BaseEvent):
     """Details that help tell what happened."""
 
 
+class ApprovalRequestedEvent(BaseEvent):
+    """The turn waits for a person: tool calls that need approval. No worker holds
+    the turn while it waits; it resumes once every call has a decision."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    cli: ClassVar[View] = View("approval", "approval?")
+    page: ClassVar[View] = View("approval", "needs you")
+    calls: list[dict[str, Any]]
+    """Every waiting call: ``{"call_id", "tool", "arguments"}``."""
+    expires_at: float | None = None
+    """Unix time at which an undecided call counts as denied ("no decision in time")."""
+
+
+class ApprovalDecidedEvent(BaseEvent):
+    """A decision on one waiting call: who made it, and what it was."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    cli: ClassVar[View] = View("decision", "decided")
+    page: ClassVar[View] = View("decision")
+    call_id: str
+    """The call decided."""
+    approved: bool
+    """True: the call runs; False: the model reads a denial carrying ``reason``."""
+    reason: str | None = None
+    """The note of an approval, or why it was denied."""
+    by: str = ""
+    """Who decided (the deciding client's name; ``reactq:timeout`` for an expiry)."""
+
+
+class SubagentEvent(BaseEvent):
+    """An event of a child turn, forwarded to its parent's session (``turn_id`` is the
+    parent's): a subscriber of the parent sees the whole tree live. The child's own
+    session keeps its full stream."""
+
+    type: Literal["subagent"] = "subagent"
+    # It reached every session above from the turn that published it.
+    forwarded_to_parents: ClassVar[bool] = False
+    cli: ClassVar[View] = View("tree")
+    page: ClassVar[View] = View("tree")
+    child_session_id: str
+    """The child's session (subscribe to it for every event in full)."""
+    child_turn_id: str
+    """The child turn."""
+    agent: str
+    """The child's agent."""
+    event: str
+    """The child event's type (``started``, ``action``, ``final``, ...)."""
+    text: str | None = None
+    """What it says, cut to a few hundred characters (a tool's name, an answer, ...)."""
+    status: str | None = None
+    """The child's status, on its ``final``."""
+    depth: int = 1
+    """How deep the child is under the session's own turn (1: a direct child)."""
+
+
 class FinalEvent(BaseEvent):
     """The turn ended; exactly one per turn."""
 
     type: Literal["final"] = "final"
+    ends_turn: ClassVar[bool] = True
+    cli: ClassVar[View] = View("answer", "final")
+    page: ClassVar[View] = View("answer", "answer")
     text: str
     """The answer the user sees (a fallback message when the run failed)."""
     status: TurnStatus
@@ -314,77 +459,55 @@ class FinalEvent(BaseEvent):
     ``usage`` and ``cost`` above include. None when it delegated nothing."""
 
 
-class SubagentEvent(BaseEvent):
-    """An event of a child turn, forwarded to its parent's session (``turn_id`` is the
-    parent's): a subscriber of the parent sees the whole tree live. The child's own
-    session keeps its full stream."""
-
-    type: Literal["subagent"] = "subagent"
-    child_session_id: str
-    """The child's session (subscribe to it for every event in full)."""
-    child_turn_id: str
-    """The child turn."""
-    agent: str
-    """The child's agent."""
-    event: str
-    """The child event's type (``started``, ``action``, ``final``, ...)."""
-    text: str | None = None
-    """What it says, cut to a few hundred characters (a tool's name, an answer, ...)."""
-    status: str | None = None
-    """The child's status, on its ``final``."""
-    depth: int = 1
-    """How deep the child is under the session's own turn (1: a direct child)."""
+def _declared(base: type[BaseEvent]) -> list[type[BaseEvent]]:
+    """Every class under ``base`` with a ``type`` of its own, in the order declared."""
+    found = []
+    for cls in base.__subclasses__():
+        if "type" in cls.model_fields:
+            found.append(cls)
+        found += _declared(cls)
+    return found
 
 
-class ApprovalRequestedEvent(BaseEvent):
-    """The turn waits for a person: tool calls that need approval. No worker holds
-    the turn while it waits; it resumes once every call has a decision."""
+EVENT_CLASSES: tuple[type[BaseEvent], ...] = tuple(_declared(BaseEvent))
+"""Every event class, in the order declared: the registry the union, the docs and the
+renderers read."""
+EVENT_TYPES: dict[str, type[BaseEvent]] = {cls.event_type(): cls for cls in EVENT_CLASSES}
+"""Each event class by its ``type``."""
+if len(EVENT_TYPES) != len(EVENT_CLASSES):
+    raise TypeError("two event classes declare the same type")
 
-    type: Literal["approval_requested"] = "approval_requested"
-    calls: list[dict[str, Any]]
-    """Every waiting call: ``{"call_id", "tool", "arguments"}``."""
-    expires_at: float | None = None
-    """Unix time at which an undecided call counts as denied ("no decision in time")."""
+if TYPE_CHECKING:
+    # A type checker cannot read a union built at run time; this spelling of it lets
+    # ``event.type`` narrow an ``Event``, and tests/test_events.py fails when it misses
+    # a class of EVENT_CLASSES.
+    _AnyEvent = (
+        QueuedEvent
+        | StartedEvent
+        | ThoughtEvent
+        | DeltaEvent
+        | ReasoningEvent
+        | ModelFallbackEvent
+        | RateLimitedEvent
+        | ActionEvent
+        | ObservationEvent
+        | ToolFailedEvent
+        | FileChangeEvent
+        | TodosEvent
+        | UsageEvent
+        | CompactedEvent
+        | TurnsLeftOutEvent
+        | GuardrailEvent
+        | ErrorEvent
+        | ApprovalRequestedEvent
+        | ApprovalDecidedEvent
+        | SubagentEvent
+        | FinalEvent
+    )
+else:
+    _AnyEvent = Union[EVENT_CLASSES]  # noqa: UP007
 
-
-class ApprovalDecidedEvent(BaseEvent):
-    """A decision on one waiting call: who made it, and what it was."""
-
-    type: Literal["approval_decided"] = "approval_decided"
-    call_id: str
-    """The call decided."""
-    approved: bool
-    """True: the call runs; False: the model reads a denial carrying ``reason``."""
-    reason: str | None = None
-    """The note of an approval, or why it was denied."""
-    by: str = ""
-    """Who decided (the deciding client's name; ``reactq:timeout`` for an expiry)."""
-
-
-Event = Annotated[
-    QueuedEvent
-    | StartedEvent
-    | ThoughtEvent
-    | DeltaEvent
-    | ReasoningEvent
-    | ModelFallbackEvent
-    | RateLimitedEvent
-    | ActionEvent
-    | ObservationEvent
-    | ToolFailedEvent
-    | FileChangeEvent
-    | TodosEvent
-    | UsageEvent
-    | CompactedEvent
-    | TurnsLeftOutEvent
-    | GuardrailEvent
-    | ErrorEvent
-    | ApprovalRequestedEvent
-    | ApprovalDecidedEvent
-    | SubagentEvent
-    | FinalEvent,
-    Field(discriminator="type"),
-]
+Event = Annotated[_AnyEvent, Field(discriminator="type")]
 """Any event; ``type`` tells which."""
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
@@ -401,8 +524,3 @@ def parse_event(raw: str | bytes | dict[str, Any], event_id: str | None = None) 
     if event_id is not None:
         data["id"] = event_id
     return EVENT_ADAPTER.validate_python(data)
-
-
-def dump_event(event: BaseEvent) -> str:
-    """The event as compact JSON (the form on the stream and the channel)."""
-    return event.model_dump_json()

@@ -126,7 +126,7 @@ def test_send_watch_live_and_resume_after_drops(driver: Any, env: dict[str, str]
     port = int(gateway.url.rsplit(":", 1)[1])
     session = f"web-{uuid.uuid4().hex[:8]}"
     try:
-        driver.get(gateway.url + "/")
+        driver.get(gateway.url + "/?debug")  # window.reactqDebug
         driver.find_element(By.ID, "session").send_keys(session)
         driver.find_element(By.ID, "agent").send_keys("e2e")
         driver.find_element(By.ID, "apikey").send_keys(KEY)
@@ -191,6 +191,16 @@ def test_send_watch_live_and_resume_after_drops(driver: Any, env: dict[str, str]
             "return l && fetch(l.href).then(r => [r.status, r.headers.get('content-type')])"
         )
         assert icon is not None and icon[0] == 200 and icon[1].startswith("image/svg+xml"), icon
+
+        # A type the page has no view for is still shown: a plain line, its type and fields.
+        driver.execute_script(
+            "render({type: 'new_fangled', id: 'x-1', session_id: arguments[0], turn_id: 't_x', "
+            "seq: 1, answer: 42})",
+            session,
+        )
+        generic = driver.find_element(By.CSS_SELECTOR, ".ev.generic[data-event-id='x-1']")
+        row = generic.get_attribute("textContent") or ""
+        assert "new_fangled" in row and '{"answer":42}' in row, row
 
         ARTIFACTS.mkdir(exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "gateway-page.png"))

@@ -305,7 +305,9 @@ async def test_the_gateway_undoes_a_turn_and_names_a_conflict(
             assert client.post(f"/v1/turns/{turn}/undo").json()["code"] == "already_undone"
             missing = client.post("/v1/turns/t_nosuchturn/undo")
             assert (missing.status_code, missing.json()["code"]) == (404, "nothing_to_undo")
-            assert 'case "file_change"' in client.get("/static/app.js").text  # the page
+            # The page draws a file_change (its view in the page's table, the drawing in app.js).
+            assert '"file_change": {"kind": "file"' in client.get("/static/events.js").text
+            assert "  file(box, ev, view) {" in client.get("/static/app.js").text
     finally:
         gateway.stop()
 

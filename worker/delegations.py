@@ -50,9 +50,6 @@ E = TypeVar("E", bound=BaseEvent)
 
 FORWARD_TEXT_CHARS = 300
 """How much of a child event's text its ``subagent`` copy carries."""
-# Token streams and usage are not progress; a ``subagent`` event reached every session
-# above from the turn that published it.
-_NOT_FORWARDED = frozenset(("delta", "reasoning", "usage", "subagent"))
 
 
 class PoolDelegator:
@@ -277,7 +274,8 @@ def fold_children(fields: dict[str, Any], results: Sequence[ChildResult]) -> dic
 
 class ForwardingBus:
     """The bus of a child turn: every event goes to the child's session, and a short
-    ``subagent`` copy of it (token streams and usage aside) to its parent's."""
+    ``subagent`` copy of it to its parent's, when its class is ``forwarded_to_parents``
+    (token streams and usage are not)."""
 
     def __init__(self, bus: EventBus, link: ChildLink) -> None:
         self.bus = bus
@@ -306,7 +304,7 @@ class ForwardingBus:
         await self.bus.close()
 
     async def _forward(self, events: Sequence[BaseEvent]) -> None:
-        shown = [e for e in events if str(getattr(e, "type", "")) not in _NOT_FORWARDED]
+        shown = [e for e in events if type(e).forwarded_to_parents]
         if not shown:
             return
         # To every turn above, the parent first: a subscriber of the root sees it all.

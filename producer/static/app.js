@@ -6,8 +6,12 @@
 
 const $ = (id) => document.getElementById(id);
 const state = { session: null, lastId: null, controller: null, retryTimer: null, turns: new Map(), todoEvents: 0 };
-// For tests and the curious: every event id received, in order, and a way to drop the stream.
-window.reactqDebug = { ids: [], connects: 0, drop: () => state.controller && state.controller.abort("drop") };
+// Only with ?debug in the page's address (tests use it): every event id received, in
+// order, the connections made, and a way to drop the stream.
+const debug = new URLSearchParams(location.search).has("debug")
+  ? { ids: [], connects: 0, drop: () => state.controller && state.controller.abort("drop") }
+  : null;
+if (debug) window.reactqDebug = debug;
 
 // The session and agent are remembered across visits. The API key only for this tab:
 // sessionStorage ends with it, where localStorage would keep the key on disk, readable
@@ -103,87 +107,94 @@ async function loadTodos(session) {
   showPlan(items);
 }
 
+// The page's drawings, by the view kind an event's class names (its ``page`` trait,
+// shared/events.py; EVENT_VIEWS in events.js, generated from them). "generic" (a plain
+// line with the type and its fields) is also what a type without a known view gets:
+// an event is never dropped unseen.
+const VIEWS = {
+  hidden() {},
+  generic(box, ev) {
+    const fields = {};
+    for (const [k, v] of Object.entries(ev)) if (!EVENT_BASE_FIELDS.includes(k)) fields[k] = v;
+    line(box, ev, "generic", ev.type, code(JSON.stringify(fields)));
+  },
+  text(box, ev, view) {
+    const text = view.template.replace(/\{(\w+)\}/g, (_, k) => (ev[k] === undefined || ev[k] === null ? "" : String(ev[k])));
+    line(box, ev, ev.type, view.tag, text);
+  },
+  queued(box, ev, view) { line(box, ev, "user", view.tag, userMessage(ev)); },
+  started(box, ev, view) {
+    setStatus(box, "running");
+    line(box, ev, "started", view.tag, `attempt ${ev.attempt}` + (ev.worker ? ` on ${ev.worker}` : ""));
+  },
+  call(box, ev, view) {
+    const args = typeof ev.args === "string" ? ev.args : JSON.stringify(ev.args);
+    const span = el("span"); span.append(document.createTextNode(ev.tool + " "), code(args));
+    line(box, ev, "action", view.tag, span);
+  },
+  result(box, ev, view) {
+    const span = el("span"); span.append(document.createTextNode(ev.tool + " → "), code(ev.output));
+    line(box, ev, "observation", view.tag, span);
+  },
+  file(box, ev, view) {
+    const where = ev.from_path ? `${ev.from_path} → ${ev.path}` : ev.path;
+    const span = el("span");
+    span.append(document.createTextNode(`${ev.kind} ${where}` + (ev.kind === "deleted" ? "" : ` (${ev.size} bytes)`)));
+    if (ev.diff) {
+      const details = el("details"), summary = el("summary", "", "diff");
+      const pre = el("pre", "diff"); pre.textContent = ev.diff;
+      details.append(summary, pre); span.append(details);
+    }
+    line(box, ev, "file_change", view.tag, span);
+  },
+  todos(box, ev, view) {
+    // The session's whole todo list after the change: one checkbox line an item, in
+    // the timeline and, for a live event, in the "Todo list" panel (the latest list).
+    line(box, ev, "todos", view.tag, todoItems(el("ul", "todos"), ev.items));
+    if (!box.classList.contains("past")) { state.todoEvents += 1; showPlan(ev.items); }
+  },
+  left_out(box, ev, view) {
+    line(box, ev, "turns_left_out", view.tag, `left out the ${ev.turn_ids.length} oldest turns (messages ${ev.from_sequence}-${ev.up_to_sequence}): no summary, ${ev.reason}`);
+  },
+  tree(box, ev) { subagent(box, ev); },
+  approval(box, ev, view) {
+    setStatus(box, "awaiting_approval");
+    for (const call of ev.calls) {
+      const span = el("span", "approval");
+      span.dataset.callId = call.call_id;
+      span.append(document.createTextNode(call.tool + " "), code(JSON.stringify(call.arguments)), document.createTextNode(" "));
+      const yes = el("button", "approve", "Approve"), no = el("button", "deny", "Deny");
+      yes.addEventListener("click", () => decide(ev.turn_id, call.call_id, true, span));
+      no.addEventListener("click", () => decide(ev.turn_id, call.call_id, false, span));
+      span.append(yes, no);
+      line(box, ev, "approval", view.tag, span);
+    }
+  },
+  decision(box, ev) {
+    const span = box.querySelector(`.approval[data-call-id="${CSS.escape(ev.call_id)}"]`);
+    if (span) span.querySelectorAll("button").forEach((b) => b.remove());
+    const verdict = ev.approved ? "approved" : "denied";
+    line(box, ev, "decided " + verdict, verdict, `${ev.call_id} by ${ev.by}` + (ev.reason ? `: ${ev.reason}` : ""));
+  },
+  answer(box, ev, view) {
+    setStatus(box, ev.status);
+    const row = line(box, ev, "final" + (ev.status === "completed" ? "" : " failed"), view.tag, ev.text);
+    row.classList.add("answer");
+  },
+  gauge(box, ev, view) {
+    // The context gauge: one row per turn, updated by each model call's usage.
+    if (!ev.context_window) return;
+    const text = `${ev.context_percent}% of ${ev.context_window.toLocaleString()} tokens`;
+    const row = box.querySelector(".ev.gauge");
+    if (row) row.lastChild.textContent = text; else line(box, ev, "gauge", view.tag, text);
+  },
+};
+
 // ``box``: where a past turn's events go (showTurn); by default the live timeline's.
 function render(ev, box) {
   box = box || turnBox(ev);
-  switch (ev.type) {
-    case "queued": line(box, ev, "user", "you", userMessage(ev)); break;
-    case "started":
-      setStatus(box, "running");
-      line(box, ev, "started", "started", `attempt ${ev.attempt}` + (ev.worker ? ` on ${ev.worker}` : ""));
-      break;
-    case "thought": line(box, ev, "thought", "thought", ev.text); break;
-    case "action": {
-      const args = typeof ev.args === "string" ? ev.args : JSON.stringify(ev.args);
-      const span = el("span"); span.append(document.createTextNode(ev.tool + " "), code(args));
-      line(box, ev, "action", "tool call", span); break;
-    }
-    case "observation": {
-      const span = el("span"); span.append(document.createTextNode(ev.tool + " → "), code(ev.output));
-      line(box, ev, "observation", "result", span); break;
-    }
-    case "tool_failed": line(box, ev, "tool_failed", "tool error", `${ev.tool}: ${ev.error}`); break;
-    case "file_change": {
-      const where = ev.from_path ? `${ev.from_path} → ${ev.path}` : ev.path;
-      const span = el("span");
-      span.append(document.createTextNode(`${ev.kind} ${where}` + (ev.kind === "deleted" ? "" : ` (${ev.size} bytes)`)));
-      if (ev.diff) {
-        const details = el("details"), summary = el("summary", "", "diff");
-        const pre = el("pre", "diff"); pre.textContent = ev.diff;
-        details.append(summary, pre); span.append(details);
-      }
-      line(box, ev, "file_change", "file", span); break;
-    }
-    case "todos": {
-      // The session's whole todo list after the change: one checkbox line an item, in
-      // the timeline and, for a live event, in the "Todo list" panel (the latest list).
-      line(box, ev, "todos", "todos", todoItems(el("ul", "todos"), ev.items));
-      if (!box.classList.contains("past")) { state.todoEvents += 1; showPlan(ev.items); }
-      break;
-    }
-    case "turns_left_out":
-      line(box, ev, "turns_left_out", "context", `left out the ${ev.turn_ids.length} oldest turns (messages ${ev.from_sequence}-${ev.up_to_sequence}): no summary, ${ev.reason}`);
-      break;
-    case "subagent": subagent(box, ev); break;
-    case "error": line(box, ev, "error", "error", `${ev.code}: ${ev.message}`); break;
-    case "approval_requested": {
-      setStatus(box, "awaiting_approval");
-      for (const call of ev.calls) {
-        const span = el("span", "approval");
-        span.dataset.callId = call.call_id;
-        span.append(document.createTextNode(call.tool + " "), code(JSON.stringify(call.arguments)), document.createTextNode(" "));
-        const yes = el("button", "approve", "Approve"), no = el("button", "deny", "Deny");
-        yes.addEventListener("click", () => decide(ev.turn_id, call.call_id, true, span));
-        no.addEventListener("click", () => decide(ev.turn_id, call.call_id, false, span));
-        span.append(yes, no);
-        line(box, ev, "approval", "needs you", span);
-      }
-      break;
-    }
-    case "approval_decided": {
-      const span = box.querySelector(`.approval[data-call-id="${CSS.escape(ev.call_id)}"]`);
-      if (span) span.querySelectorAll("button").forEach((b) => b.remove());
-      const verdict = ev.approved ? "approved" : "denied";
-      line(box, ev, "decided " + verdict, verdict, `${ev.call_id} by ${ev.by}` + (ev.reason ? `: ${ev.reason}` : ""));
-      break;
-    }
-    case "final": {
-      setStatus(box, ev.status);
-      const row = line(box, ev, "final" + (ev.status === "completed" ? "" : " failed"), "answer", ev.text);
-      row.classList.add("answer");
-      break;
-    }
-    case "usage": {
-      // The context gauge: one row per turn, updated by each model call's usage.
-      if (ev.context_window) {
-        const text = `${ev.context_percent}% of ${ev.context_window.toLocaleString()} tokens`;
-        const row = box.querySelector(".ev.gauge");
-        if (row) row.lastChild.textContent = text; else line(box, ev, "gauge", "context", text);
-      }
-      break;
-    }
-    default: break;  // deltas: not shown
-  }
+  const view = EVENT_VIEWS[ev.type] || { kind: "generic" };
+  (VIEWS[view.kind] || VIEWS.generic)(box, ev, view);
 }
 
 // A child turn's progress, forwarded to its parent's session: one indented block per
@@ -252,7 +263,7 @@ function handleBlock(block) {
     else if (field === "data") data += (data ? "\n" : "") + value;
   }
   if (!data) return;
-  if (id !== null) { state.lastId = id; window.reactqDebug.ids.push(id); }
+  if (id !== null) { state.lastId = id; if (debug) debug.ids.push(id); }
   try { render(JSON.parse(data)); } catch (err) { console.error("bad event", type, err); }
 }
 
@@ -271,7 +282,7 @@ async function connect(session) {
       if (resp.status === 401 || resp.status === 422) { setConn("stopped", "idle"); return; }
       throw new Error(String(resp.status));
     }
-    window.reactqDebug.connects += 1;
+    if (debug) debug.connects += 1;
     setConn("live", "live"); notice("");
     const reader = resp.body.getReader();
     const decoder = new TextDecoder();
@@ -298,7 +309,7 @@ function watch() {
   if (state.controller) state.controller.abort("switch");
   clearTimeout(state.retryTimer);
   state.session = session; state.lastId = null; state.turns.clear();
-  window.reactqDebug.ids = [];
+  if (debug) debug.ids = [];
   $("timeline").replaceChildren();
   $("todo-list").replaceChildren(); $("plan").hidden = true;  // another session's plan
   connect(session);
