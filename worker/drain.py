@@ -62,8 +62,8 @@ from reactq.shared.webhooks import Send, Webhooks
 from reactq.worker.agent.cancel import CancelEvent
 from reactq.worker.agent.delegation import CURRENT as CURRENT_DELEGATOR
 from reactq.worker.agent.delegation import tasks_of
-from reactq.worker.agent.run import AwaitingApproval, AwaitingChildren
 from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.agent.suspend import AwaitingApproval, AwaitingChildren
 from reactq.worker.delegations import ForwardingBus, PoolDelegator, fold_children
 
 log = logging.getLogger("reactq.worker")

@@ -66,6 +66,7 @@ from reactq.worker.agent.llm.base import LLMResponse
 from reactq.worker.agent.llm.ratelimit import RateLimiter, estimate_tokens
 from reactq.worker.agent.parsers import ParsedStep
 from reactq.worker.agent.results import OBSERVATION_PREFIX, fit_context
+from reactq.worker.agent.suspend import AwaitingApproval, AwaitingChildren
 from reactq.worker.agent.tools import ToolContext
 from reactq.worker.agent.usage import UsageMeter
 from reactq.worker.agent.visible import DeltaBuffer, VisibleText
@@ -80,8 +81,6 @@ __all__ = [
     "TOOL_REQUIRED_REMINDER",
     "TRUNCATION_MARK",
     "WRAP_UP_PROMPT",
-    "AwaitingApproval",
-    "AwaitingChildren",
     "OnStep",
     "Run",
     "RunResult",
@@ -137,25 +136,6 @@ class RunResult:
     summary: ChatMessage | None = None
     """The summary the context policy wrote before the run's first call (committed with
     the turn, before its user message), if it compacted."""
-
-
-class AwaitingApproval(Exception):
-    """Internal control flow: the run stopped at tool calls that wait for a person.
-
-    Its step is checkpointed (the reply, the results of the calls that ran); the
-    drain parks the turn. Raised only by a run given ``decisions`` (a mapping,
-    possibly empty): one that cannot wait denies such calls instead.
-    """
-
-    def __init__(self, calls: list[ToolCall]) -> None:
-        super().__init__(", ".join(c.id for c in calls))
-        self.calls = calls
-
-
-class AwaitingChildren(AwaitingApproval):
-    """Internal control flow: the run stopped at delegation calls whose child turns
-    still run (an ``AwaitingApproval``, so it leaves the loop and the runner the same
-    way). Its step is checkpointed; the drain parks the turn for its children."""
 
 
 class Run:
