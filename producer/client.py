@@ -57,7 +57,7 @@ from reactq.shared.protocol.control import CancelMode, notify_cancel
 from reactq.shared.protocol.dispatch import BROKER_ERRORS, Dispatcher
 from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from reactq.shared.redis_client import connect
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings

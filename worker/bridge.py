@@ -29,8 +29,8 @@ from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.ratelimit import RateBudget
-from reactq.shared.protocol.registry import AgentProfile, WorkerRegistry
 from reactq.shared.protocol.steps import TurnSteps
+from reactq.shared.protocol.workers import AgentProfile, WorkerRegistry
 from reactq.shared.redis_client import connect, preload_scripts
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings

@@ -53,7 +53,7 @@ from reactq.shared.protocol.endings import Failure
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from reactq.shared.redis_client import REDIS_OUTAGE
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
@@ -64,7 +64,7 @@ from reactq.worker.agent.delegation import CURRENT as CURRENT_DELEGATOR
 from reactq.worker.agent.delegation import tasks_of
 from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.agent.suspend import AwaitingApproval, AwaitingChildren
-from reactq.worker.delegations import ForwardingBus, PoolDelegator, fold_children
+from reactq.worker.child_turns import ForwardingBus, PoolDelegator, fold_children
 
 log = logging.getLogger("reactq.worker")
 
