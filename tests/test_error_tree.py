@@ -40,7 +40,7 @@ OUTSIDE_THE_TREE = {
     "reactq.worker.agent.suspend.AwaitingChildren": "internal control flow between the run and "
     "the drain: the run stopped at delegations whose child turns still run; the drain parks "
     "the turn",
-    "reactq.worker.agent.run._OverBudget": "internal control flow of a run: raised when a "
+    "reactq.worker.agent.run_state.OverBudget": "internal control flow of a run: raised when a "
     "budget is spent and caught by the run itself, which ends with BudgetExceededError",
 }
 

@@ -36,7 +36,8 @@ from reactq.worker.agent.llm.ratelimit import RateLimiter
 from reactq.worker.agent.modes import ModeSettings, ToolMode, build_system_prompt
 from reactq.worker.agent.output import OutputSpec
 from reactq.worker.agent.results import format_tool_result
-from reactq.worker.agent.run import OnStep, Run, RunResult
+from reactq.worker.agent.run import Run
+from reactq.worker.agent.run_state import OnStep, RunResult
 from reactq.worker.agent.suspend import Suspended
 from reactq.worker.agent.tools import Registry, ToolContext
 from reactq.worker.agent.usage import check_budget_config

@@ -51,7 +51,7 @@ from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.context_policy import model_view
 from reactq.worker.agent.history import repair
 from reactq.worker.agent.loop import AgentLoop
-from reactq.worker.agent.run import OnStep, RunResult, answered_prefix
+from reactq.worker.agent.run_state import OnStep, RunResult, answered_prefix
 from reactq.worker.agent.suspend import Suspended
 from reactq.worker.agent.tools import ToolContext
 from reactq.worker.agent.turn_setup import loop_for_turn, session_budget_refusal
