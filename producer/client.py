@@ -20,7 +20,7 @@ from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
 from reactq.shared.audit_spill import AuditSpill
-from reactq.shared.bus import RedisEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart, ImagePart
 from reactq.shared.errors import (

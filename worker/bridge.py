@@ -21,7 +21,8 @@ from redis.asyncio import Redis
 
 from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
 from reactq.shared.audit_spill import AuditSpill, write_back_forever
-from reactq.shared.bus import EventBus, RedisEventBus
+from reactq.shared.bus import EventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.catalogue import AgentTools
 from reactq.shared.keys import Keys
 from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
