@@ -147,9 +147,8 @@ class AgentRunner:
             user = ChatMessage(
                 role="user", content=message, parts=list(parts) if parts else None, turn_id=turn_id
             )
-            turn = _Turn(
-                session_id, user, emitter, fence, _RecordFields(metadata, version, {}, None)
-            )
+            unspent = _RecordFields(metadata, version, {}, None)
+            turn = _Turn(session_id, turn_id, user, emitter, fence, unspent)
             if signal is not None and signal.is_set():
                 if keep_partial is not None and keep_partial():
                     # Stopped before it read any branch: the active one is its branch,
@@ -264,7 +263,7 @@ class AgentRunner:
         """Cancelled before it began: an earlier attempt's steps and files are dropped."""
         emitter = turn.emitter
         if checkpoint is not None:
-            await self.steps.discard_checkpoint(turn.session_id, emitter.turn_id)
+            await self.steps.discard_checkpoint(turn.session_id, turn.turn_id)
             await self._discard_files(emitter)  # an earlier attempt's changes
         return await emitter.emit(
             FinalEvent,
@@ -277,7 +276,7 @@ class AgentRunner:
     async def _cancelled(self, turn: _Turn, result: RunResult) -> FinalEvent:
         """Cancelled while it ran: nothing is kept, its steps and files are dropped."""
         emitter = turn.emitter
-        await self.steps.discard_checkpoint(turn.session_id, emitter.turn_id)
+        await self.steps.discard_checkpoint(turn.session_id, turn.turn_id)
         await self._discard_files(emitter)
         return await self._completed(emitter, result, turn.record.config_version)
 
@@ -347,7 +346,7 @@ class AgentRunner:
         async def on_step(step: int, steps: list[ChatMessage]) -> None:
             saved = TurnCheckpoint(
                 session_id=turn.session_id,
-                turn_id=emitter.turn_id,
+                turn_id=turn.turn_id,
                 step=step,
                 messages=steps,
                 branch_id=branch,
@@ -360,7 +359,7 @@ class AgentRunner:
     async def _commit(self, turn: _Turn, result: RunResult, branch: str | None) -> None:
         """Commit a run that was not cancelled: its record, and the messages a later
         turn may replay to the model."""
-        turn_id = turn.emitter.turn_id
+        turn_id = turn.turn_id
         produced = [
             m if m.turn_id == turn_id else m.model_copy(update={"turn_id": turn_id})
             for m in result.messages
@@ -460,6 +459,7 @@ class _Turn:
     """What every ending of a turn needs: who it is, and what its record keeps."""
 
     session_id: str
+    turn_id: str
     user: ChatMessage
     emitter: TurnEmitter
     fence: int | None
