@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from redis.asyncio import BlockingConnectionPool, Redis  # noqa: E402
 
-from reactq.shared.bus import RedisEventBus  # noqa: E402
+from reactq.shared.bus_redis import RedisEventBus  # noqa: E402
 from reactq.shared.events import (  # noqa: E402
     ActionEvent,
     BaseEvent,

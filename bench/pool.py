@@ -471,7 +471,8 @@ def scenario_cpu(args: argparse.Namespace) -> None:
 
 async def checkpoint_turns(url: str, turns: int, steps: int, skip: bool) -> float:
     """Seconds per turn of ``steps`` tool steps through AgentRunner on ``url``."""
-    from reactq.shared.bus import MemoryEventBus, TurnEmitter
+    from reactq.shared.bus import TurnEmitter
+    from reactq.shared.bus_memory import MemoryEventBus
     from reactq.shared.messages import ToolCall
     from reactq.shared.state import open_store
     from reactq.shared.state.base import TurnCheckpoint

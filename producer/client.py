@@ -20,7 +20,7 @@ from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
 from reactq.shared.audit_spill import AuditSpill
-from reactq.shared.bus import RedisEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart, ImagePart
 from reactq.shared.errors import (
@@ -57,7 +57,7 @@ from reactq.shared.protocol.control import CancelMode, notify_cancel
 from reactq.shared.protocol.dispatch import BROKER_ERRORS, Dispatcher
 from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
 from reactq.shared.protocol.queue import SessionQueue
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from reactq.shared.redis_client import connect
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings

@@ -5,7 +5,7 @@
     GET /v1/agents/{name}/tools    the agent's tools: category, source, JSON schema   404
 
 The gateway loads no agent code: both answers come from the worker registry, where
-every worker publishes its agents' catalogues (``shared/protocol/registry.py``). A
+every worker publishes its agents' catalogues (``shared/protocol/workers.py``). A
 key limited to some agents (``agents=`` in ``REACTQ_API_KEYS``) lists those only, and
 any other answers 404 as if no worker hosted it.
 """
@@ -23,7 +23,7 @@ from reactq.producer.gateway_errors import GatewayError
 from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
 from reactq.producer.gateway_scopes import Touches, scope_of, touches
 from reactq.shared.catalogue import AgentInfo, AgentTools
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 
 __all__ = ["AgentList", "router"]
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state.base import StateStore

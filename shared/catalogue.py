@@ -9,7 +9,7 @@ others run alone, and an agent may expose only some categories
 (``Agent(tool_categories={ToolCategory.READ})``, a read-only reviewer).
 
 Workers publish each agent's catalogue in the worker registry
-(``shared/protocol/registry.py``), so the producer, the CLI and the gateway, which
+(``shared/protocol/workers.py``), so the producer, the CLI and the gateway, which
 never load agent code, can answer ``reactq tools AGENT`` and
 ``GET /v1/agents/{name}/tools``.
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from reactq.shared.bus import RedisEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.keys import Keys
 from reactq.shared.messages import ChatMessage, ToolCall

@@ -19,7 +19,8 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from reactq.shared.bus import E, Guard, RedisEventBus
+from reactq.shared.bus import E, Guard
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.events import BaseEvent
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import resilient_options

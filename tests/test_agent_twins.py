@@ -24,7 +24,7 @@ import httpx2
 from redis.asyncio import Redis
 
 from reactq.shared.keys import Keys
-from reactq.shared.protocol.registry import AgentProfile, WorkerRegistry
+from reactq.shared.protocol.workers import AgentProfile, WorkerRegistry
 from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from tests.gateway_support import Gateway, start_gateway
 from tests.helpers import WorkerPool, run_cli, scripted_pool

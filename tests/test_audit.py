@@ -18,7 +18,8 @@ from reactq.shared.audit import (
     audit_sink_for,
     open_audit_sink,
 )
-from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.errors import ConfigError
 from reactq.shared.events import BaseEvent, DeltaEvent, FinalEvent, StartedEvent
 from reactq.shared.state import MemoryStateStore, open_store

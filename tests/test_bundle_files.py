@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from reactq.bundles import SearchLimits, Workspaces, file_tools
-from reactq.bundles.files import FUZZY_MAX_CHARS, apply_edit
 from reactq.bundles.linematch import find_runs
+from reactq.bundles.text_edit import FUZZY_MAX_CHARS, apply_edit
 from reactq.bundles.workspace import WorkspaceError
 from reactq.shared.errors import ToolError
 from reactq.shared.settings import Settings

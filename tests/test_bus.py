@@ -13,14 +13,14 @@ from redis.asyncio import Redis
 
 from reactq.shared.bus import (
     EventBus,
-    MemoryEventBus,
     PublishGuard,
-    RedisEventBus,
     Subscription,
     TurnEmitter,
     parse_stream_id,
     stream_id_gt,
 )
+from reactq.shared.bus_memory import MemoryEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.errors import InvalidStreamIdError, LeaseLostError
 from reactq.shared.events import DeltaEvent, Event, FinalEvent, StartedEvent, UsageEvent
 from reactq.shared.keys import Keys

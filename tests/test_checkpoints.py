@@ -264,7 +264,8 @@ async def test_a_cancelled_turn_leaves_no_steps_behind() -> None:
 
 from reactq.shared.protocol.approvals import Decision  # noqa: E402
 from reactq.worker import ToolMode  # noqa: E402
-from reactq.worker.agent.run import CANNOT_WAIT, AwaitingApproval  # noqa: E402
+from reactq.worker.agent.run import CANNOT_WAIT  # noqa: E402
+from reactq.worker.agent.suspend import AwaitingApproval  # noqa: E402
 
 PAID: list[int] = []
 

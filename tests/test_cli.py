@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from reactq import Producer, Settings
 from reactq.shared.keys import Keys
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from tests.helpers import ROOT, running_pool, sleepy_lookup
 
 pytestmark = pytest.mark.e2e

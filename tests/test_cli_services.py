@@ -22,7 +22,7 @@ import redis as redis_sync
 from redis.asyncio import Redis
 
 from reactq.shared.keys import Keys
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from tests.conftest import free_port, unavailable
 from tests.helpers import clean_env, run_cli
 

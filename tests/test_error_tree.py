@@ -33,12 +33,14 @@ OUTSIDE_THE_TREE = {
     "reactq.shared.state.sql_engines._Cancelled": "internal control flow of a SQLite "
     "transaction: raised inside it to roll it back when its caller was cancelled; the "
     "caller sees CancelledError",
-    "reactq.worker.agent.run.AwaitingApproval": "internal control flow between the run and "
+    "reactq.worker.agent.suspend.Suspended": "internal control flow between the run and "
+    "the drain: the base of the two below, which the loop and the runner let through",
+    "reactq.worker.agent.suspend.AwaitingApproval": "internal control flow between the run and "
     "the drain: the run stopped at tool calls waiting for a person; the drain parks the turn",
-    "reactq.worker.agent.run.AwaitingChildren": "internal control flow between the run and "
+    "reactq.worker.agent.suspend.AwaitingChildren": "internal control flow between the run and "
     "the drain: the run stopped at delegations whose child turns still run; the drain parks "
     "the turn",
-    "reactq.worker.agent.run._OverBudget": "internal control flow of a run: raised when a "
+    "reactq.worker.agent.run_state.OverBudget": "internal control flow of a run: raised when a "
     "budget is spent and caught by the run itself, which ends with BudgetExceededError",
 }
 

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from reactq.producer.gateway_fanout import Fanout, Listener
 from reactq.producer.gateway_sse import event_stream
-from reactq.shared.bus import RedisEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.events import ThoughtEvent
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_join, lua_source, once_key_id

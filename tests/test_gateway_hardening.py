@@ -28,7 +28,7 @@ import httpx2
 import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from reactq.shared.bus import RedisEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.events import ObservationEvent, ThoughtEvent
 from reactq.shared.keys import Keys
 from tests.conftest import free_port

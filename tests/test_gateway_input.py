@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from reactq.shared.keys import Keys
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from tests.gateway_support import Gateway, get_request, open_stream, raw_request, start_gateway
 
 pytestmark = pytest.mark.e2e

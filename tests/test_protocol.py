@@ -16,7 +16,9 @@ from redis.asyncio import Redis
 
 import reactq
 from reactq.shared.audit import AuditedBus, MemoryAuditSink
-from reactq.shared.bus import MemoryEventBus, RedisEventBus, ScriptGuard, TurnEmitter, publish_all
+from reactq.shared.bus import ScriptGuard, TurnEmitter, publish_all
+from reactq.shared.bus_memory import MemoryEventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.errors import InvalidTurnError, StaleLeaseError
 from reactq.shared.events import ActionEvent, FinalEvent, ObservationEvent, UsageEvent
 from reactq.shared.keys import Keys

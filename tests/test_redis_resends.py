@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from reactq.shared.bus import PublishGuard, RedisEventBus, TurnEmitter
+from reactq.shared.bus import PublishGuard, TurnEmitter
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.events import FinalEvent, StartedEvent, UsageEvent
 from reactq.shared.keys import Keys
 from reactq.shared.protocol.approvals import Approvals, WaitingCall

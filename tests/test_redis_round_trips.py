@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis as redis_sync
 
-from reactq.shared import bus
+from reactq.shared import bus_redis
 from reactq.shared.events import ActionEvent, FinalEvent, ObservationEvent, StartedEvent
 from reactq.shared.protocol import queue
 from reactq.shared.settings import Settings
@@ -39,8 +39,8 @@ SCRIPTS = {
         "take": queue._TAKE,
         "advance": queue._NEXT,
         "final_advance": queue._NEXT_FINAL,
-        "publish": bus._PUBLISH_LUA,
-        "publish_many": bus._PUBLISH_MANY_LUA,
+        "publish": bus_redis._PUBLISH_LUA,
+        "publish_many": bus_redis._PUBLISH_MANY_LUA,
     }.items()
 }
 

@@ -13,7 +13,8 @@ import pytest
 
 from reactq.producer.client import Producer
 from reactq.shared.audit import AuditedBus, SqlAuditSink
-from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.errors import BranchNotFoundError, ConfigError
 from reactq.shared.events import FinalEvent, StartedEvent
 from reactq.shared.messages import ChatMessage

@@ -21,7 +21,8 @@ from sqlalchemy.exc import IntegrityError
 
 from reactq.shared.audit import SqlAuditSink, audit_row
 from reactq.shared.audit_spill import AuditSpill, _insert_new
-from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.errors import StaleLeaseError, StoreUnavailableError, TurnCommittedError
 from reactq.shared.events import FinalEvent, QueuedEvent
 from reactq.shared.keys import Keys

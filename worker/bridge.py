@@ -21,7 +21,8 @@ from redis.asyncio import Redis
 
 from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
 from reactq.shared.audit_spill import AuditSpill, write_back_forever
-from reactq.shared.bus import EventBus, RedisEventBus
+from reactq.shared.bus import EventBus
+from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.catalogue import AgentTools
 from reactq.shared.keys import Keys
 from reactq.shared.metrics import QueueDepthCollector, WorkerMetrics
@@ -29,8 +30,8 @@ from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.queue import SessionQueue
 from reactq.shared.protocol.ratelimit import RateBudget
-from reactq.shared.protocol.registry import AgentProfile, WorkerRegistry
 from reactq.shared.protocol.steps import TurnSteps
+from reactq.shared.protocol.workers import AgentProfile, WorkerRegistry
 from reactq.shared.redis_client import connect, preload_scripts
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings

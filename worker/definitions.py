@@ -25,7 +25,7 @@ from typing import Any
 
 from reactq.shared.catalogue import AgentTools, ToolCategory, categories_of
 from reactq.shared.errors import ConfigError, SkillError, WebhookRefusedError
-from reactq.shared.protocol.registry import AgentProfile
+from reactq.shared.protocol.workers import AgentProfile
 from reactq.shared.settings import Settings
 from reactq.shared.webhooks import split_url
 from reactq.worker.agent.config import DEFAULT_MODEL, LoopConfig, PromptFunction

@@ -8,7 +8,11 @@ commits it fenced by the lease's token, and finally releases the lease and looks
 pending once more so that a turn pushed during release is never stranded. A turn
 found in the running slot was left by a dead holder and runs again as attempt n+1,
 until ``max_attempts`` runs were lost. Every final the drain publishes goes
-through ``_FencedEmitter``.
+through ``FencedEmitter``.
+
+``Drainer``'s parts beside this module: its emitter (``drain_emitter.py``), its lease
+work (``drain_lease.py``), turns parked and resumed (``drain_parking.py``), and the
+turns it ends itself (``drain_endings.py``).
 """
 
 from __future__ import annotations
@@ -17,138 +21,51 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
-from reactq.shared.audit import backfill
-from reactq.shared.bus import E, EventBus, PublishGuard, ScriptGuard, TurnEmitter, publish_all
+from reactq.shared.bus import EventBus, ScriptGuard, TurnEmitter, publish_all
 from reactq.shared.errors import (
     EvictedError,
     LeaseLostError,
-    ReactqError,
     StaleLeaseError,
     StoreUnavailableError,
     TurnCommittedError,
 )
-from reactq.shared.events import (
-    ApprovalDecidedEvent,
-    ApprovalRequestedEvent,
-    BaseEvent,
-    FinalEvent,
-    StartedEvent,
-)
+from reactq.shared.events import BaseEvent, StartedEvent
 from reactq.shared.logs import log_context
-from reactq.shared.protocol import endings
-from reactq.shared.protocol.approvals import Approvals, Decision, WaitingCall
-from reactq.shared.protocol.children import DELEGATION_METADATA, ChildLink, Children
+from reactq.shared.protocol.approvals import Approvals
+from reactq.shared.protocol.children import Children
 from reactq.shared.protocol.control import CancelMode
 from reactq.shared.protocol.deadlines import Deadlines
 from reactq.shared.protocol.endings import Failure
 from reactq.shared.protocol.lease import SessionLease
 from reactq.shared.protocol.outcomes import ClaimedTurn, LeaseEnd
 from reactq.shared.protocol.queue import SessionQueue
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from reactq.shared.redis_client import REDIS_OUTAGE
 from reactq.shared.settings import Settings
 from reactq.shared.state import StateStore, StepStore
-from reactq.shared.turns import TURN_ID_RE, TurnRequest, TurnStatus, validate_session_id
+from reactq.shared.turns import TurnRequest, TurnStatus, validate_session_id
 from reactq.shared.webhooks import Send, Webhooks
-from reactq.worker.agent.cancel import CancelEvent
 from reactq.worker.agent.delegation import CURRENT as CURRENT_DELEGATOR
-from reactq.worker.agent.delegation import tasks_of
-from reactq.worker.agent.run import AwaitingApproval, AwaitingChildren
 from reactq.worker.agent.runner import AgentRunner
-from reactq.worker.delegations import ForwardingBus, PoolDelegator, fold_children
+from reactq.worker.agent.suspend import AwaitingApproval, AwaitingChildren
+from reactq.worker.child_turns import ForwardingBus, PoolDelegator
+from reactq.worker.drain_emitter import FencedEmitter, Finished
+from reactq.worker.drain_endings import TurnEndings
+from reactq.worker.drain_lease import LeaseHolding, Running
+from reactq.worker.drain_parking import ParkedTurns
 
 log = logging.getLogger("reactq.worker")
 
 Dispatch = Callable[[str, str], Awaitable[None]]
-T = TypeVar("T")
 
 
-@dataclass(eq=False)
-class _Running:
-    """A turn in flight in this process, reachable by the control listener."""
-
-    session_id: str
-    cancel: CancelEvent = field(default_factory=CancelEvent)
-    mode: CancelMode | None = None
-    task: asyncio.Future[FinalEvent] | None = None
-    evicted: bool = False
-
-
-class _FencedEmitter(TurnEmitter):
-    """Publishes a turn's final only while this worker still holds the session's
-    lease (``token``), recording the turn's status in the same call, so a process
-    that wakes up after a pause cannot end a turn that its new holder owns, and a
-    reader who saw the final never reads an older status.
-
-    With ``hold_final`` (set around the kernel's run) the final is kept, with the
-    events queued before it, instead (``held``): the drain publishes it in the call
-    that finishes the turn and takes its next step (``Drainer._advance``), the same
-    way fenced, and only then calls ``ended``."""
-
-    token: int = 0
-    status_ttl: int = 0
-    ended: Callable[[FinalEvent], Awaitable[None]] | None = None
-    """Called with the final once it is published (the turn's webhook)."""
-    fold: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
-    """Adds the turn's children's usage to its final (an agent with subagents)."""
-    link: ChildLink | None = None
-    """The turn's parent, when it is a child turn."""
-    hold_final: bool = False
-    """Keep the final (``held``) rather than publish it."""
-    held: list[BaseEvent] | None = None
-    """The kept final, last, after the events queued for it; it has no stream ``id``
-    until the drain publishes it (nothing reads it before)."""
-
-    async def emit(self, event_cls: type[E], **fields: Any) -> E:
-        if event_cls is not FinalEvent:
-            return await super().emit(event_cls, **fields)
-        if self.fold is not None:  # before the final is built, held or not
-            fields = await self.fold(fields)
-        event = self._build(event_cls, fields)
-        if self.hold_final:
-            self.held, self._later = [*self._later, event], []
-            return event
-        guard = PublishGuard(self.token, self.turn_id, str(fields["status"]), self.status_ttl)
-        return await self.published(await self._send(event, guard))
-
-    async def published(self, event: E) -> E:
-        """The final is out: call ``ended`` with it (its webhook, its delegations)."""
-        if self.ended is not None and isinstance(event, FinalEvent):
-            await self.ended(event)
-        return event
-
-    async def publish_held(self) -> None:
-        """Publish the held final now, alone (a shutdown finishes the turn apart):
-        LeaseLostError, with nothing published, when the lease moved on."""
-        held, self.held, self.hold_final = self.held or [], None, False
-        if held:
-            final = held[-1]
-            self._later = [*held[:-1], *self._later]
-            status = str(getattr(final, "status", ""))
-            guard = PublishGuard(self.token, self.turn_id, status, self.status_ttl)
-            await self.published(await self._send(final, guard))
-
-
-@dataclass(frozen=True)
-class _Finished:
-    """A turn that ran to its end: the status to finish it with, and the emitter
-    holding its final for the drain's next step (None: the final is out already)."""
-
-    turn_id: str
-    status: TurnStatus
-    emitter: _FencedEmitter | None = None
-
-
-class Drainer:
+class Drainer(LeaseHolding, ParkedTurns, TurnEndings):
     """Runs the session protocol for the sessions this worker process drains."""
 
     def __init__(
@@ -183,7 +100,7 @@ class Drainer:
         self.webhooks = webhooks
         self.send_webhook: Send | None = None
         self.stopping = False
-        self.running: dict[str, _Running] = {}
+        self.running: dict[str, Running] = {}
         self._background: set[asyncio.Future[int]] = set()
         self._settling: set[asyncio.Future[None]] = set()
         self._fenced: dict[str, int] = {}
@@ -359,7 +276,7 @@ class Drainer:
         return ran, step
 
     async def _advance(
-        self, sid: str, token: int, finished: _Finished | None
+        self, sid: str, token: int, finished: Finished | None
     ) -> ClaimedTurn | LeaseEnd:
         """The drain's step (``SessionQueue.advance``), with the final ``finished``
         holds in the same call; ``ended`` is called once it is out. LOST when the
@@ -391,41 +308,7 @@ class Drainer:
             await emitter.published(out[-1])
         return step
 
-    def _settle_later(self, sid: str, turn_id: str, emitter: _FencedEmitter) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self._settle(sid, turn_id, emitter), context=contextvars.Context()
-        )
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
-
-    async def _settle(self, sid: str, turn_id: str, emitter: _FencedEmitter) -> None:
-        """A final whose call failed on its way back: once Redis answers, if the stream
-        holds the final, record what the audit log lacks and run what follows a final
-        (its webhook, its delegations: each acts once). Without it, the call never ran:
-        the turn is still in its running slot, and its next attempt ends it."""
-        delay, deadline = 0.1, time.monotonic() + self.settings.store_outage_seconds
-        while True:
-            try:
-                events = await self.bus.read(sid, after="0")
-                break
-            except REDIS_OUTAGE:
-                if time.monotonic() > deadline:
-                    log.error("session %s: turn %s: could not settle its final", sid, turn_id)
-                    return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        final = next(
-            (e for e in events if isinstance(e, FinalEvent) and e.turn_id == turn_id), None
-        )
-        if final is None:
-            return
-        await self._backfill_audit(sid, turn_id)
-        try:
-            await emitter.published(final)
-        except Exception:
-            log.exception("session %s: turn %s: what follows its final failed", sid, turn_id)
-
-    async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> _Finished | None:
+    async def _run_claimed(self, sid: str, claimed: ClaimedTurn, token: int) -> Finished | None:
         """Run a claimed turn; return what the caller finishes it with (in its next
         step, publishing its final if it is held), or None when it was finished here
         or waits for people."""
@@ -436,7 +319,7 @@ class Drainer:
             return None
         link = await self._link_of(sid, turn)
         bus = self.bus if link is None else ForwardingBus(self.bus, link)
-        emitter = _FencedEmitter(bus, sid, turn.turn_id, claimed.attempt)
+        emitter = FencedEmitter(bus, sid, turn.turn_id, claimed.attempt)
         emitter.token, emitter.status_ttl = token, self.queue.meta_ttl
         runner = self.runners.get(turn.agent)
         delegates = link is not None or (runner is not None and bool(runner.loop.config.subagents))
@@ -481,7 +364,7 @@ class Drainer:
             return None
         if status is None:
             return None
-        return _Finished(turn.turn_id, status, emitter if emitter.held else None)
+        return Finished(turn.turn_id, status, emitter if emitter.held else None)
 
     async def _run_turn(
         self, sid: str, claimed: ClaimedTurn, turn: TurnRequest, emitter: TurnEmitter, token: int
@@ -516,7 +399,7 @@ class Drainer:
             return None
         # A first attempt's token is recorded by the runner's first store call
         # (``begin_turn``), in the same step as its history read.
-        entry = _Running(sid)
+        entry = Running(sid)
         if claimed.cancel is not None:  # the claim read the turn's cancel flag
             entry.mode = claimed.cancel
             entry.cancel.set()
@@ -530,20 +413,7 @@ class Drainer:
             resumed_from_step=checkpoint.step if checkpoint is not None else None,
             config_version=runner.loop.version,
         )
-        # The pool can wait for people: decisions on the calls a parked turn waited for.
-        decisions: dict[str, Decision] = {}
-        if claimed.parked:
-            decisions = await self.approvals.decisions(sid, turn.turn_id)
-            for call_id in claimed.expired_calls:
-                expired = decisions.get(call_id)
-                if expired is not None:
-                    await emitter.emit(
-                        ApprovalDecidedEvent,
-                        call_id=call_id,
-                        approved=False,
-                        reason=expired.reason,
-                        by=expired.by,
-                    )
+        decisions = await self._decisions(sid, turn.turn_id, claimed, emitter)
         fields = {"turn_id": turn.turn_id, "attempt": claimed.attempt, "agent": turn.agent}
         # One INFO line a turn, when it ends (its `started` event is in the stream and
         # the audit log): a second line cost as much CPU as a Redis round trip.
@@ -559,7 +429,7 @@ class Drainer:
         self._current[sid] = turn.turn_id
         delegating = None
         config = runner.loop.config
-        if config.subagents and isinstance(emitter, _FencedEmitter):
+        if config.subagents and isinstance(emitter, FencedEmitter):
             delegator = PoolDelegator(
                 self.children,
                 self.workers,
@@ -571,7 +441,7 @@ class Drainer:
             )
             delegating = CURRENT_DELEGATOR.set(delegator)
             emitter.fold = functools.partial(self._fold, sid, turn.turn_id)
-        if isinstance(emitter, _FencedEmitter):
+        if isinstance(emitter, FencedEmitter):
             # The kernel's final goes out with the drain's next step (one call).
             emitter.hold_final = True
         try:
@@ -614,292 +484,3 @@ class Drainer:
             extra={**fields, "status": str(final.status), "duration_s": round(duration, 3)},
         )
         return final.status
-
-    async def _park(
-        self, sid: str, turn_id: str, emitter: TurnEmitter, waiting: AwaitingApproval
-    ) -> None:
-        """The turn waits for people: park it (its step is checkpointed), announce the
-        waiting calls, and let the drain go on: it finds the session held and releases
-        the lease, so no worker holds anything while a person thinks."""
-        calls = [WaitingCall(c.id, c.name, _arguments(c.arguments)) for c in waiting.calls]
-        expires = await self.approvals.park(
-            sid, turn_id, calls, self.settings.approval_timeout_seconds
-        )
-        if expires is None:  # the slot holds another turn: the lease was lost meanwhile
-            raise LeaseLostError(f"turn {turn_id} left the running slot", session_id=sid)
-        await emitter.emit(
-            ApprovalRequestedEvent, calls=[c.as_dict() for c in calls], expires_at=expires
-        )
-        log.info(
-            "turn %s awaits approval of %s (session %s)",
-            turn_id,
-            ", ".join(f"{c.tool}/{c.call_id}" for c in calls),
-            sid,
-            extra={"turn_id": turn_id, "status": str(TurnStatus.AWAITING_APPROVAL)},
-        )
-
-    async def _park_children(self, sid: str, turn_id: str, waiting: AwaitingChildren) -> None:
-        """The turn waits for its child turns: park it like a turn waiting for people
-        (no lease, no slot); the last child's end makes it ready again."""
-        calls = [
-            {"call_id": c.id, "tool": c.name, "keys": [f"{c.id}#{i}" for i in range(n)]}
-            for c in waiting.calls
-            for n in [len(tasks_of(c) or ())]
-        ]
-        state = await self.children.park(
-            sid, turn_id, calls, self.settings.delegation_timeout_seconds
-        )
-        if state is None:
-            raise LeaseLostError(f"turn {turn_id} left the running slot", session_id=sid)
-        log.info(
-            "turn %s awaits its child turns (%s; session %s)",
-            turn_id,
-            state,
-            sid,
-            extra={"turn_id": turn_id, "status": str(TurnStatus.AWAITING_CHILDREN)},
-        )
-
-    async def _fold(self, sid: str, turn_id: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """The final's fields with the turn's children's usage folded in."""
-        try:
-            _, results = await self.children.state(sid, turn_id)
-        except RedisError:
-            return fields
-        return fold_children(fields, list(results.values()))
-
-    async def _link_of(self, sid: str, turn: TurnRequest) -> ChildLink | None:
-        """The turn's parent, if it is a child turn (its metadata says so; Redis says
-        which parent, so a producer's metadata cannot make a turn forward elsewhere)."""
-        if DELEGATION_METADATA not in turn.metadata:
-            return None
-        link = await self.children.link_of(turn.turn_id)
-        if link is None or link.session_id != sid:
-            return None
-        return link
-
-    async def _fence(self, sid: str, agent: str, token: int) -> None:
-        """Record this lease's token in the store (``claim``), once per lease: the
-        token is the same for every turn this drain runs. The fence is kept on the
-        session row, so the row must exist first."""
-        if self._fenced.get(sid) != token:
-            await self.store.ensure_session(sid, agent)
-            await self.store.claim(sid, token)
-            self._fenced[sid] = token
-
-    async def _holding_lease(self, sid: str, token: int, work: Awaitable[T]) -> T:
-        """Run ``work`` (everything done under the lease, store waits included)
-        while renewing the lease; stop it if the lease is lost.
-
-        The lease stays alive while this process is alive, even when a call it
-        waits on (a database lock held by a paused peer, say) takes longer than
-        the lease TTL, so no second holder starts the same turn meanwhile.
-        """
-        task = asyncio.ensure_future(work)
-        ttl = self.settings.lease_ttl_seconds
-        renewed = time.monotonic()
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=ttl / 3)
-                if done:
-                    return task.result()
-                try:
-                    if not await self.lease.renew(sid, token):
-                        if task.done():  # the work gave the lease up itself meanwhile
-                            return task.result()
-                        raise LeaseLostError(
-                            f"another worker holds the lease of {sid}", session_id=sid
-                        )
-                    renewed = time.monotonic()
-                    await self._poll_cancel_flags(sid)
-                except RedisError as exc:
-                    # Keep trying while the lease may still be ours; past its TTL
-                    # another worker may hold it, so nothing more may commit.
-                    if time.monotonic() - renewed >= ttl:
-                        raise LeaseLostError(
-                            f"could not renew the lease of {sid}: {exc}", session_id=sid
-                        ) from exc
-                    log.warning("session %s: lease renewal failed (%s); retrying", sid, exc)
-        finally:
-            await _stop(task)
-
-    async def _poll_cancel_flags(self, sid: str) -> None:
-        """The fallback for a missed control notice: read the flag of our turn."""
-        turn_id = self._current.get(sid)
-        entry = self.running.get(turn_id) if turn_id is not None else None
-        if entry is not None and not entry.cancel.is_set():
-            mode = await self.queue.cancel_mode(sid, turn_id or "")
-            if mode is not None:
-                entry.mode = mode
-                entry.cancel.set()
-
-    async def _run_evictable(
-        self, sid: str, turn_id: str, work: Awaitable[FinalEvent], entry: _Running
-    ) -> FinalEvent:
-        """Run the kernel as its own task, so a shutdown can stop it and give it back."""
-        task = entry.task = asyncio.ensure_future(work)
-        try:
-            await asyncio.wait({task})
-        finally:
-            await _stop(task)
-        if task.cancelled():
-            if entry.evicted:
-                with contextlib.suppress(RedisError):
-                    await self.queue.give_back(sid, turn_id)
-                raise EvictedError(f"turn {turn_id} given back on shutdown", turn_id=turn_id)
-            raise asyncio.CancelledError
-        return task.result()
-
-    async def _reseed(self, sid: str, token: int, exc: Exception) -> bool:
-        """The store refused this lease's token for a newer fence (``newest``) while no
-        other holder exists: Redis lost its data and its counter started again.
-        Re-seed it above the store's fence (``SessionLease.reseed``) so the session
-        recovers on its next take, instead of losing turns until the counter catches
-        up. False when the refusal was a real newer holder's."""
-        newest = exc.details.get("newest") if isinstance(exc, StaleLeaseError) else None
-        if not isinstance(newest, int) or newest <= token:
-            return False
-        try:
-            if not await self.lease.reseed(sid, token, newest):
-                return False
-        except RedisError:
-            return False
-        log.warning(
-            "session %s: the lease counter (token %d) was behind the state store's fence "
-            "%d (Redis lost its data?); re-seeded it above the fence",
-            sid,
-            token,
-            newest,
-        )
-        return True
-
-    async def _give_back_unanswered(
-        self, sid: str, turn_id: str, token: int, exc: StoreUnavailableError
-    ) -> ReactqError:
-        """The state database stayed away past the outage budget: give the turn back,
-        uncharged (a database that is slow to return is no fault of the turn's, and a
-        charge would end it with max_attempts), for the reaper to re-dispatch (the
-        drain sets the session's deadline as it lets go). What to raise: the drain
-        reads it as a give-back (or, the lease gone meanwhile, as a lost lease: the
-        turn is its new holder's)."""
-        if not await self._still_holds(sid, token):
-            return LeaseLostError(f"lost the lease of {sid} ({exc.message})", session_id=sid)
-        log.warning("session %s: turn %s given back: %s", sid, turn_id, exc.message)
-        with contextlib.suppress(RedisError):
-            await self.queue.give_back(sid, turn_id)
-        return EvictedError(f"turn {turn_id} given back: {exc.message}", turn_id=turn_id)
-
-    async def _still_holds(self, sid: str, token: int) -> bool:
-        try:
-            return await self.lease.holds(sid, token)
-        except RedisError:
-            return False
-
-    async def _backfill_audit(self, sid: str, turn_id: str) -> None:
-        """Record what the turn's earlier attempts published and the audit log lacks
-        (their holder may have died before writing it). Never fails the turn."""
-        try:
-            if added := await backfill(self.bus, sid, turn_id):
-                log.info("session %s: audit log: recorded %d events of %s", sid, added, turn_id)
-        except Exception:
-            log.exception("session %s: audit log: could not backfill turn %s", sid, turn_id)
-
-    async def _already_committed(self, sid: str, turn_id: str, emitter: TurnEmitter) -> bool:
-        """A re-issued turn whose previous holder died after committing it is done; so
-        is one whose final is out already (its holder could not finish it after)."""
-        record = await self.store.get_turn(turn_id)
-        if record is None:
-            final = next(
-                (
-                    e
-                    for e in await self.bus.read(sid, after="0")
-                    if isinstance(e, FinalEvent) and e.turn_id == turn_id
-                ),
-                None,
-            )
-            if final is None:
-                return False
-            await self._ended(final)
-            await self.queue.finish(sid, turn_id, final.status)
-            return True
-        if await endings.committed(emitter, record) is None:
-            # The dead holder published the final; it may have died before it
-            # enqueued the webhook (a delivery enqueued already is not sent again).
-            for event in await self.bus.read(sid, after="0"):
-                if isinstance(event, FinalEvent) and event.turn_id == turn_id:
-                    await self._ended(event)
-                    break
-        await self.queue.finish(sid, turn_id, record.status)
-        return True
-
-    async def _ended(self, final: FinalEvent, settle: bool = True, webhook: bool = True) -> None:
-        """A turn's final is out: settle its delegations (``settle``: it is a child, or
-        may have children), enqueue its webhook, if it has one (``webhook``: it may).
-        Never fails the turn (the delivery is lost, and logged, when Redis or the
-        broker is away)."""
-        if settle:
-            await self.children.ended(final)
-        if not webhook or self.webhooks is None or self.send_webhook is None:
-            return
-        try:
-            await self.webhooks.ended(final, self.send_webhook)
-        except Exception:
-            log.exception("turn %s: could not enqueue its webhook", final.turn_id)
-
-    async def _fail(
-        self, emitter: TurnEmitter, failure: Failure, message: str, commit_fence: int | None = None
-    ) -> FinalEvent:
-        log.error("turn %s failed: %s: %s", emitter.turn_id, failure, message)
-        with contextlib.suppress(Exception):  # steps of a turn that ended never commit
-            await self.steps.discard_checkpoint(emitter.session_id, emitter.turn_id)
-        store = self.store if commit_fence is not None else None
-        return await endings.failed(emitter, failure, message, store=store, fence=commit_fence)
-
-    async def _reject_malformed(self, sid: str, claimed: ClaimedTurn, exc: Exception) -> None:
-        """A payload that cannot be a turn: log it, end its turn if it names a valid
-        turn id, take it out of the running slot and go on."""
-        log.error("session %s: malformed turn payload (%s): %.200r", sid, exc, claimed.payload)
-        turn_id = claimed.turn_id or _guess_turn_id(claimed.payload)
-        if turn_id:
-            emitter = TurnEmitter(self.bus, sid, turn_id, claimed.attempt)
-            text = f"the turn payload is malformed: {exc}"
-            await self._ended(await self._fail(emitter, Failure.INVALID_TURN, text))
-        await self.queue.finish(sid, claimed.turn_id, TurnStatus.ERROR)
-
-
-async def _stop(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` until it ends; its outcome is retrieved (once the lease is lost
-    its error is nobody's). Cancelled again: on Python 3.11 a cancel that lands as
-    redis-py sends a command is swallowed (asyncio.wait_for), and a turn whose lease
-    was lost ran on, to fail later as "never retrieved"."""
-    task.add_done_callback(_retrieve)
-    stopped = False  # this task was cancelled too: it ends once ``task`` has
-    while not task.done():
-        task.cancel()
-        try:
-            await asyncio.wait({task}, timeout=0.1)
-        except asyncio.CancelledError:
-            stopped = True
-    if stopped:
-        raise asyncio.CancelledError
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
-def _arguments(raw: str) -> Any:
-    """A call's arguments as JSON data, or the raw text when they are not JSON."""
-    try:
-        return json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        return raw
-
-
-def _guess_turn_id(payload: str) -> str:
-    """The payload's turn id if it is a valid one (an event may carry it), else ''."""
-    with contextlib.suppress(Exception):
-        value = json.loads(payload).get("turn_id")
-        if isinstance(value, str) and TURN_ID_RE.fullmatch(value):
-            return value
-    return ""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from reactq.shared.bus import MemoryEventBus, TurnEmitter
+from reactq.shared.bus import TurnEmitter
+from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.events import Event, FinalEvent, StartedEvent
 from reactq.shared.settings import Settings
 from reactq.shared.state import open_store

@@ -23,8 +23,8 @@ from reactq.shared.metrics import WorkerMetrics
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import tracer
 from reactq.worker.agent.interventions import Hooks, ToolCallInfo, call_hook
-from reactq.worker.agent.run import AwaitingApproval
 from reactq.worker.agent.runner import AgentRunner
+from reactq.worker.agent.suspend import Suspended
 from reactq.worker.definitions import Agent
 
 __all__ = ["ObservedRunner", "Observer", "ObservingHooks", "observed_agent"]
@@ -72,8 +72,9 @@ class ObservedRunner(AgentRunner):
                         final = await super().run_turn(**kwargs)
             status = str(final.status)
             return final
-        except AwaitingApproval:
-            status = "awaiting_approval"  # parked: it resumes as a new attempt
+        except Suspended:
+            # Parked (for people or for child turns): it resumes as a new attempt.
+            status = "awaiting_approval"
             raise
         except asyncio.CancelledError:
             status = "cancelled"

@@ -12,7 +12,7 @@ a step of it:
 ``transport``      the worker's Redis broker transport, hardened for restarts
 ``control``        cancel modes and the notices that stop a running turn
 ``endings``        every ``final`` event the protocol publishes itself
-``registry``       which agents the pool hosts, which workers are up
+``workers``        which agents the pool hosts, which workers are up
 ``outcomes``       the typed results of submit, claim and cancel
 ``ratelimit``      the pool's shared rate limit: a token bucket per endpoint and model
 =================  ==============================================================

@@ -24,7 +24,6 @@ Three steps, each later one only when the earlier ones were not enough:
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -291,8 +290,3 @@ def _is_result(message: dict[str, Any]) -> bool:
     content = message.get("content") or ""
     # Text modes return observations as user messages that start "Observation".
     return role == "tool" or (role == "user" and content.startswith(OBSERVATION_PREFIX))
-
-
-def dumps_for_log(wire: Sequence[dict[str, Any]]) -> str:
-    """A request as compact JSON (the bench measures its size)."""
-    return json.dumps(list(wire), ensure_ascii=False, separators=(",", ":"))

@@ -4,7 +4,7 @@ An agent with subagents gets ``delegate(agent, task)`` and ``delegate_parallel(t
 The tools are declared here (their schemas are what the model sees), but a call does not
 run in the tool itself: in the worker pool, the run hands the step's delegation calls to
 the turn's ``Delegator`` (``CURRENT``, set by the drain for the turn), which starts each
-task as a child turn on the pool (``reactq.worker.delegations``) and, once the children
+task as a child turn on the pool (``reactq.worker.child_turns``) and, once the children
 ended, gives the call its outcome through a ``DelegatedContext``; until then the run
 parks (``AwaitingChildren``). Outside the pool (the embedded mode) a call is a tool
 error: children need workers to run on.

@@ -36,7 +36,9 @@ from reactq.worker.agent.llm.ratelimit import RateLimiter
 from reactq.worker.agent.modes import ModeSettings, ToolMode, build_system_prompt
 from reactq.worker.agent.output import OutputSpec
 from reactq.worker.agent.results import format_tool_result
-from reactq.worker.agent.run import AwaitingApproval, OnStep, Run, RunResult
+from reactq.worker.agent.run import Run
+from reactq.worker.agent.run_state import OnStep, RunResult
+from reactq.worker.agent.suspend import Suspended
 from reactq.worker.agent.tools import Registry, ToolContext
 from reactq.worker.agent.usage import check_budget_config
 from reactq.worker.agent.windows import TokenCounter
@@ -212,7 +214,7 @@ class AgentLoop:
             if not emitter.final_follows:
                 await emitter.flush()  # nobody emits after us: publish what waits
             return result
-        except (asyncio.CancelledError, StaleLeaseError, TurnCommittedError, AwaitingApproval):
+        except (asyncio.CancelledError, StaleLeaseError, TurnCommittedError, Suspended):
             raise
         except REDIS_OUTAGE:
             raise  # the pool runs the turn again from its checkpoint: no error result

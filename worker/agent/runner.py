@@ -24,6 +24,7 @@ cancelled turn discards it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,8 @@ from reactq.worker.agent.cancel import CancelHandle, CancelSignal
 from reactq.worker.agent.context_policy import model_view
 from reactq.worker.agent.history import repair
 from reactq.worker.agent.loop import AgentLoop
-from reactq.worker.agent.run import AwaitingApproval, answered_prefix
+from reactq.worker.agent.run_state import OnStep, RunResult, answered_prefix
+from reactq.worker.agent.suspend import Suspended
 from reactq.worker.agent.tools import ToolContext
 from reactq.worker.agent.turn_setup import loop_for_turn, session_budget_refusal
 
@@ -138,9 +140,6 @@ class AgentRunner:
         sent to the model in its place; ``message`` is their text. ``tenant``: who the
         turn acts for (``ToolContext.tenant``).
         """
-        cost: float | None = None
-        code: str | None = None
-        output: dict[str, Any] | None = None
         version = self.loop.version
         emitter.final_follows = True  # every path below ends with a final
         signal = CancelSignal(cancel) if cancel is not None else None
@@ -148,37 +147,16 @@ class AgentRunner:
             user = ChatMessage(
                 role="user", content=message, parts=list(parts) if parts else None, turn_id=turn_id
             )
+            unspent = _RecordFields(metadata, version, {}, None)
+            turn = _Turn(session_id, turn_id, user, emitter, fence, unspent)
             if signal is not None and signal.is_set():
                 if keep_partial is not None and keep_partial():
                     # Stopped before it read any branch: the active one is its branch,
                     # unless an earlier attempt's checkpoint says which (its steps kept).
                     kept = answered_prefix(checkpoint.messages) if checkpoint else []
                     branch_id = checkpoint.branch_id if checkpoint else None
-                    await self._commit_interrupted(
-                        session_id,
-                        user,
-                        kept,
-                        emitter,
-                        fence,
-                        branch_id,
-                        _RecordFields(metadata, version, {}, None),
-                    )
-                    return await emitter.emit(
-                        FinalEvent,
-                        text=INTERRUPTED_MESSAGE,
-                        status=TurnStatus.CANCELLED,
-                        config_version=version,
-                    )
-                if checkpoint is not None:
-                    await self.steps.discard_checkpoint(session_id, turn_id)
-                    await self._discard_files(emitter)  # an earlier attempt's changes
-                return await emitter.emit(
-                    FinalEvent,
-                    text=self.loop.config.cancelled_message,
-                    status=TurnStatus.CANCELLED,
-                    usage={},
-                    config_version=version,
-                )
+                    return await self._interrupted(turn, kept, branch_id, None)
+                return await self._cancelled_unstarted(turn, checkpoint)
             # One step: the session (made if new), the lease's token recorded, and the
             # history of the branch the turn runs on: the one active when it starts
             # (even if another is switched to while it runs), or its checkpoint's.
@@ -188,39 +166,13 @@ class AgentRunner:
                 fence=fence,
                 branch_id=checkpoint.branch_id if checkpoint is not None else None,
             )
-            info = start.info
-            if info.agent != self.agent_name:
-                mismatch = AgentMismatchError(
-                    f"session {session_id!r} belongs to agent {info.agent!r}, not "
-                    f"{self.agent_name!r}; use a new session id to talk to {self.agent_name!r}",
-                    session_agent=info.agent,
-                    agent=self.agent_name,
-                )
-                await self._emit_error(emitter, mismatch)
-                return await emitter.emit(
-                    FinalEvent,
-                    text=mismatch.message,
-                    status=TurnStatus.REJECTED,
-                    usage={},
-                    config_version=version,
-                )
+            if start.info.agent != self.agent_name:
+                return await self._rejected(turn, start.info.agent)
             loop = loop_for_turn(self.loop, overrides or {}, self.agent_name)
             refusal = await session_budget_refusal(self.store, session_id, loop)
             if refusal is not None:
-                # Refused, not run: nothing reaches the model or the conversation.
-                await self._emit_error(emitter, refusal)
-                return await emitter.emit(
-                    FinalEvent,
-                    text=refusal.message,
-                    status=TurnStatus.BUDGET_EXCEEDED,
-                    usage={},
-                    code=refusal.code,
-                    config_version=version,
-                )
+                return await self._over_session_budget(turn, refusal)
             branch = start.branch_id
-            resume = checkpoint.messages if checkpoint is not None else []
-            # The model reads from the latest summary on; the store keeps every message.
-            history = repair(model_view(start.messages))
             tool_context = ToolContext(
                 session_id=session_id,
                 turn_id=turn_id,
@@ -233,117 +185,212 @@ class AgentRunner:
                 fence=fence,
                 tenant=tenant,
             )
-
-            async def on_step(step: int, steps: list[ChatMessage]) -> None:
-                saved = TurnCheckpoint(
-                    session_id=session_id,
-                    turn_id=turn_id,
-                    step=step,
-                    messages=steps,
-                    branch_id=branch,
-                    attempt=emitter.attempt,
-                )
-                # With the events the step queued (its actions, its results): one
-                # call when the steps are in Redis beside the stream.
-                await emitter.checkpoint(self.steps, saved, fence)
-
             result = await loop.run(
-                [*history, user],
+                # The model reads from the latest summary on; the store keeps every message.
+                [*repair(model_view(start.messages)), user],
                 emitter,
                 context=tool_context,
                 cancel=cancel,
-                resume=resume,
-                on_step=on_step,
+                resume=checkpoint.messages if checkpoint is not None else [],
+                on_step=self._checkpointer(turn, branch),
                 decisions=decisions,
             )
             if result.status is TurnStatus.CANCELLED:
                 if keep_partial is not None and keep_partial():
+                    # To the branch the turn read, like the normal commit: the head may
+                    # have moved (a fork, a switch) while the turn ran.
                     steps = result.messages[:-1]  # the last one is the cancel notice
-                    # To the branch the turn read, like the normal commit below: the
-                    # head may have moved (a fork, a switch) while the turn ran.
-                    spent = _RecordFields(metadata, version, result.usage, result.cost)
-                    await self._commit_interrupted(
-                        session_id, user, steps, emitter, fence, branch, spent
-                    )
-                    return await emitter.emit(
-                        FinalEvent,
-                        text=INTERRUPTED_MESSAGE,
-                        status=TurnStatus.CANCELLED,
-                        usage=result.usage,
-                        cost=result.cost,
-                        config_version=version,
-                    )
-                await self.steps.discard_checkpoint(session_id, turn_id)
-                await self._discard_files(emitter)
-                return await emitter.emit(
-                    FinalEvent,
-                    text=result.text,
-                    status=result.status,
-                    usage=result.usage,
-                    cost=result.cost,
-                    config_version=version,
-                )
-            produced = [
-                m if m.turn_id == turn_id else m.model_copy(update={"turn_id": turn_id})
-                for m in result.messages
-            ]
-            record = TurnRecord(
-                turn_id=turn_id,
-                session_id=session_id,
-                status=result.status,
-                attempt=emitter.attempt,
-                final_text=result.text,
-                error=result.error.code if result.error is not None else None,
-                created_at=time.time(),
-                **_RecordFields(metadata, version, result.usage, result.cost).fields(),
-            )
-            summary = [result.summary] if result.summary is not None else []
-            if result.status in _APOLOGIES and produced and produced[-1].content == result.text:
-                # An error final is never stored as a conversation message: a later
-                # turn would replay the apology to the model as the agent's answer.
-                produced = produced[:-1]
-            kept = [*summary, user, *produced]
-            if result.status is TurnStatus.BLOCKED and not result.messages:
-                # An input guardrail refused it: the record says so, the conversation
-                # stays as it was (a later turn must not replay it to the model).
-                kept = []
-            await self.store.commit_turn(
-                session_id,
-                kept,
-                record,
-                fence=fence,
-                branch_id=branch,
-                drop_checkpoint=self._drop_checkpoint,
-            )
-            text, status, usage, cost = result.text, result.status, result.usage, result.cost
-            output = result.output
-            code = result.error.code if result.error is not None else None
-        except (StaleLeaseError, TurnCommittedError, AwaitingApproval, asyncio.CancelledError):
+                    return await self._interrupted(turn, steps, branch, result)
+                return await self._cancelled(turn, result)
+            await self._commit(turn, result, branch)
+        except (StaleLeaseError, TurnCommittedError, Suspended, asyncio.CancelledError):
             raise
         except REDIS_OUTAGE:
             raise  # not the turn's end: the pool leaves it in its slot and runs it again
         except Exception as exc:
             if isinstance(exc, StoreUnavailableError) and fence is not None:
                 raise  # a pool turn: the drain gives it back to its queue, no final
-            error = (
-                exc
-                if isinstance(exc, ReactqError)
-                else ReactqError(f"the turn failed: {type(exc).__name__}: {exc}")
-            )
-            await self._emit_error(emitter, error)
-            text, status, usage = self.loop.config.error_fallback_message, TurnStatus.ERROR, {}
-            code = error.code
+            # Raised from the handler, a failure to publish reaches the caller.
+            return await self._failed(emitter, exc, version)
         # Outside the try: if the bus cannot take the final, retrying here could
         # publish it twice; the caller sees the exception instead.
+        return await self._completed(emitter, result, version)
+
+    # -- the ways a turn ends: each builds and publishes its final ------------------
+
+    async def _completed(
+        self, emitter: TurnEmitter, result: RunResult, version: str | None
+    ) -> FinalEvent:
+        """The run ended and its outcome is committed (or, cancelled, dropped): its
+        status (completed, max_iterations, error, budget_exceeded, invalid_output,
+        blocked, cancelled), text, usage and error code are the final's."""
         return await emitter.emit(
             FinalEvent,
-            text=text,
-            status=status,
-            usage=usage,
-            cost=cost,
-            code=code,
+            text=result.text,
+            status=result.status,
+            usage=result.usage,
+            cost=result.cost,
+            code=result.error.code if result.error is not None else None,
             config_version=version,
-            output=output,
+            output=result.output,
+        )
+
+    async def _failed(
+        self, emitter: TurnEmitter, exc: Exception, version: str | None
+    ) -> FinalEvent:
+        """The turn failed around the run (the store, the bus, a bug): an error event,
+        then the agent's apology; nothing is committed."""
+        error = (
+            exc
+            if isinstance(exc, ReactqError)
+            else ReactqError(f"the turn failed: {type(exc).__name__}: {exc}")
+        )
+        await self._emit_error(emitter, error)
+        return await emitter.emit(
+            FinalEvent,
+            text=self.loop.config.error_fallback_message,
+            status=TurnStatus.ERROR,
+            usage={},
+            cost=None,
+            code=error.code,
+            config_version=version,
+            output=None,
+        )
+
+    async def _cancelled_unstarted(
+        self, turn: _Turn, checkpoint: TurnCheckpoint | None
+    ) -> FinalEvent:
+        """Cancelled before it began: an earlier attempt's steps and files are dropped."""
+        emitter = turn.emitter
+        if checkpoint is not None:
+            await self.steps.discard_checkpoint(turn.session_id, turn.turn_id)
+            await self._discard_files(emitter)  # an earlier attempt's changes
+        return await emitter.emit(
+            FinalEvent,
+            text=self.loop.config.cancelled_message,
+            status=TurnStatus.CANCELLED,
+            usage={},
+            config_version=turn.record.config_version,
+        )
+
+    async def _cancelled(self, turn: _Turn, result: RunResult) -> FinalEvent:
+        """Cancelled while it ran: nothing is kept, its steps and files are dropped."""
+        emitter = turn.emitter
+        await self.steps.discard_checkpoint(turn.session_id, turn.turn_id)
+        await self._discard_files(emitter)
+        return await self._completed(emitter, result, turn.record.config_version)
+
+    async def _interrupted(
+        self,
+        turn: _Turn,
+        steps: list[ChatMessage],
+        branch: str | None,
+        result: RunResult | None,
+    ) -> FinalEvent:
+        """Cancelled with ``keep_partial``: the user message and ``steps`` are committed,
+        closed by the interrupted marker (``result``: the run's, None if none ran)."""
+        spent: dict[str, Any] = {}
+        record = turn.record
+        if result is not None:
+            spent = {"usage": result.usage, "cost": result.cost}
+            record = dataclasses.replace(record, usage=result.usage, cost=result.cost)
+        await self._commit_interrupted(
+            turn.session_id, turn.user, steps, turn.emitter, turn.fence, branch, record
+        )
+        return await turn.emitter.emit(
+            FinalEvent,
+            text=INTERRUPTED_MESSAGE,
+            status=TurnStatus.CANCELLED,
+            **spent,
+            config_version=record.config_version,
+        )
+
+    async def _rejected(self, turn: _Turn, session_agent: str) -> FinalEvent:
+        """The session belongs to another agent: refused, nothing run or kept."""
+        mismatch = AgentMismatchError(
+            f"session {turn.session_id!r} belongs to agent {session_agent!r}, not "
+            f"{self.agent_name!r}; use a new session id to talk to {self.agent_name!r}",
+            session_agent=session_agent,
+            agent=self.agent_name,
+        )
+        await self._emit_error(turn.emitter, mismatch)
+        return await turn.emitter.emit(
+            FinalEvent,
+            text=mismatch.message,
+            status=TurnStatus.REJECTED,
+            usage={},
+            config_version=turn.record.config_version,
+        )
+
+    async def _over_session_budget(self, turn: _Turn, refusal: ReactqError) -> FinalEvent:
+        """The session spent its budget: refused, nothing reaches the model or the
+        conversation."""
+        await self._emit_error(turn.emitter, refusal)
+        return await turn.emitter.emit(
+            FinalEvent,
+            text=refusal.message,
+            status=TurnStatus.BUDGET_EXCEEDED,
+            usage={},
+            code=refusal.code,
+            config_version=turn.record.config_version,
+        )
+
+    # -- what a turn keeps ----------------------------------------------------------
+
+    def _checkpointer(self, turn: _Turn, branch: str | None) -> OnStep:
+        """The run's ``on_step``: each completed step checkpointed, fenced, with the
+        events it queued (its actions, its results): one call when the steps are in
+        Redis beside the stream."""
+        emitter = turn.emitter
+
+        async def on_step(step: int, steps: list[ChatMessage]) -> None:
+            saved = TurnCheckpoint(
+                session_id=turn.session_id,
+                turn_id=turn.turn_id,
+                step=step,
+                messages=steps,
+                branch_id=branch,
+                attempt=emitter.attempt,
+            )
+            await emitter.checkpoint(self.steps, saved, turn.fence)
+
+        return on_step
+
+    async def _commit(self, turn: _Turn, result: RunResult, branch: str | None) -> None:
+        """Commit a run that was not cancelled: its record, and the messages a later
+        turn may replay to the model."""
+        turn_id = turn.turn_id
+        produced = [
+            m if m.turn_id == turn_id else m.model_copy(update={"turn_id": turn_id})
+            for m in result.messages
+        ]
+        record = TurnRecord(
+            turn_id=turn_id,
+            session_id=turn.session_id,
+            status=result.status,
+            attempt=turn.emitter.attempt,
+            final_text=result.text,
+            error=result.error.code if result.error is not None else None,
+            created_at=time.time(),
+            **dataclasses.replace(turn.record, usage=result.usage, cost=result.cost).fields(),
+        )
+        summary = [result.summary] if result.summary is not None else []
+        if result.status in _APOLOGIES and produced and produced[-1].content == result.text:
+            # An error final is never stored as a conversation message: a later
+            # turn would replay the apology to the model as the agent's answer.
+            produced = produced[:-1]
+        kept = [*summary, turn.user, *produced]
+        if result.status is TurnStatus.BLOCKED and not result.messages:
+            # An input guardrail refused it: the record says so, the conversation
+            # stays as it was (a later turn must not replay it to the model).
+            kept = []
+        await self.store.commit_turn(
+            turn.session_id,
+            kept,
+            record,
+            fence=turn.fence,
+            branch_id=branch,
+            drop_checkpoint=self._drop_checkpoint,
         )
 
     async def _commit_interrupted(
@@ -405,6 +452,19 @@ _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 _APOLOGIES = frozenset({TurnStatus.ERROR, TurnStatus.INVALID_OUTPUT})
 """The statuses whose final text is the agent's ``error_fallback_message``."""
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """What every ending of a turn needs: who it is, and what its record keeps."""
+
+    session_id: str
+    turn_id: str
+    user: ChatMessage
+    emitter: TurnEmitter
+    fence: int | None
+    record: _RecordFields
+    """The record's fields of a turn that spent nothing (a run replaces the spend)."""
 
 
 @dataclass(frozen=True)

@@ -113,10 +113,6 @@ class WorkerRegistry:
         """Remove a stopped worker from the worker registry (its agents stay known)."""
         await self.redis.hdel(self.keys.workers, worker)
 
-    async def agent_known(self, name: str) -> bool:
-        """True if some worker has announced the agent."""
-        return bool(await self.redis.hexists(self.keys.agents, name))
-
     async def agents(self, live_within: float) -> list[AgentInfo]:
         """Every agent a worker announced, by name: one entry for each definition (config
         version) a live worker hosts (a worker beat within ``live_within`` seconds), or,

@@ -28,7 +28,7 @@ from reactq.shared.protocol.children import (
     ChildResult,
     child_ids,
 )
-from reactq.shared.protocol.registry import WorkerRegistry
+from reactq.shared.protocol.workers import WorkerRegistry
 from reactq.shared.turns import TurnRequest
 from reactq.worker.agent.config import LoopConfig
 from reactq.worker.agent.delegation import (
