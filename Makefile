@@ -25,6 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check reactq shared worker producer tests bench examples scripts
 	$(BIN)/ruff format --check reactq shared worker producer tests bench examples scripts
 	$(BIN)/mypy
+	$(BIN)/pyright
 
 # docs/configuration.md and docs/errors.md, generated from shared/settings.py and
 # shared/error_codes.py (a test fails when either is stale).
