@@ -25,6 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check reactq shared worker producer tests bench examples scripts
 	$(BIN)/ruff format --check reactq shared worker producer tests bench examples scripts
 	$(BIN)/mypy
+	$(BIN)/pyright
 	$(MAKE) docs-site
 
 # The docs site (mkdocs.yml): the README as its home page, the guide, the API reference

@@ -14,7 +14,7 @@ from reactq.producer.gateway_models import Readiness
 if TYPE_CHECKING:
     from reactq.producer.gateway import Gateway
 
-CHECK_TIMEOUT = 3.0
+CHECK_TIMEOUT = 3  # an int: kombu's connect_timeout is typed by its default (5)
 
 
 async def _broker_ok(url: str) -> None:

@@ -42,7 +42,7 @@ __all__ = [
     "unavailable",
 ]
 
-PROBE_TIMEOUT_SECONDS = 3.0
+PROBE_TIMEOUT_SECONDS = 3  # an int: kombu's connect_timeout is typed by its default (5)
 
 # PostgreSQL SQLSTATE classes of a database that cannot be used at all: connection
 # exceptions, bad credentials, no such database, too many connections, starting up.

@@ -216,6 +216,7 @@ class Sandbox:
             if cgroup:
                 await cgroup.remove()
             raise SandboxError(f"the code could not be started: {exc}") from None
+        limit: Limit | None = None  # the finally reads it when _supervise raises
         try:
             limit = await self._supervise(
                 proc, ws, stdin, wall, output := OutputTail(lim.output_bytes), cgroup

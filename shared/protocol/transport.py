@@ -24,6 +24,7 @@ no-op). An ack needs no broker at all.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
@@ -36,6 +37,8 @@ TRANSPORT = "reactq.shared.protocol.transport:RedisTransport"
 
 
 class _QoS(kombu_redis.QoS):
+    _delivered: OrderedDict[Any, Any]  # kombu's class says None; its __init__ sets this
+
     def append(self, message: Any, delivery_tag: Any) -> None:
         virtual.QoS.append(self, message, delivery_tag)  # in memory (module doc)
 

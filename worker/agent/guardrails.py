@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from reactq.shared.audit import AuditedBus
 from reactq.shared.bus import TurnEmitter
@@ -148,7 +148,7 @@ def as_guardrails(knob: str, items: object) -> tuple[Guardrail, ...]:
         if isinstance(item, Guardrail):
             found.append(item)
         elif callable(item):
-            found.append(Guardrail(item))
+            found.append(Guardrail(cast(GuardrailCheck, item)))  # Guardrail checks it
         else:
             raise ValueError(
                 f"{knob}: {item!r} is neither a Guardrail nor an async callable (text, turn)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reactq.shared.logs import redact_also
 from reactq.shared.protocol.ratelimit import RateLimit
@@ -162,7 +162,7 @@ def header_items(
     if isinstance(headers, str | bytes) or not isinstance(headers, Mapping | Iterable):
         raise ValueError(f"headers must be a mapping of header name to value, got {headers!r}")
     try:
-        pairs = dict(headers)
+        pairs: dict[Any, Any] = dict(headers)  # checked below
     except (TypeError, ValueError):
         raise ValueError(
             f"headers must be a mapping of header name to value, got {headers!r}"

@@ -16,7 +16,7 @@ import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PromptSection", "Tool", "ToolArgumentsError", "ToolCategory", "ToolContext", "tool"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _EMPTY_CODE = (lambda: None).__code__
 
@@ -202,7 +201,7 @@ class Tool:
 
 
 @overload
-def tool(fn: F, /) -> Tool: ...
+def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
     fn: None = None,
