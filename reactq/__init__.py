@@ -2,7 +2,10 @@
 
 Every public name is importable from here (``from reactq import Agent, tool,
 Producer``); docs/api.md lists them by group and says which modules are
-implementation detail. The optional extras load on first use and fail with an
+implementation detail. Each name is imported on first use, so importing
+``reactq`` (or any module under it, which imports this package first) costs only
+what that name or module needs: ``from reactq import Agent`` loads no Celery, no
+SQLAlchemy and no openai SDK. The optional extras load on first use and fail with an
 ImportError naming the extra: ``MCPClient`` and ``MCPProvider`` need
 ``reactq[mcp]``; ``GatewayClient``, ``GatewayRequestError`` and ``create_app``
 need ``reactq[gateway]``. They are imported by name, not by ``from reactq import *``

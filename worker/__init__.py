@@ -1,7 +1,8 @@
 """reactq's worker side: agent definitions and the ReAct kernel.
 
-This package is light on purpose (no Celery import): agents are defined and
-run in-process with it; ``reactq.worker.tasks`` adds the pool.
+This package is light on purpose (no Celery import, its names loaded on first
+use): agents are defined and run in-process with it; ``reactq.worker.tasks`` adds
+the pool.
 """
 
 from __future__ import annotations

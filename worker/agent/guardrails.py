@@ -49,6 +49,7 @@ CLASSIFIER_INSTRUCTIONS = (
     'with only a JSON object: {"allowed": true or false, "reason": "<one short sentence>"}.'
 )
 
+
 @dataclass(frozen=True)
 class GuardrailResult:
     """A guardrail's verdict."""
