@@ -14,7 +14,7 @@ import sys
 import textwrap
 from typing import Any
 
-from reactq import __version__
+import reactq
 from reactq.cli.parser_state import (
     LOCAL,
     add_agents_commands,
@@ -110,6 +110,18 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, read from the package's metadata only when
+    asked for (``importlib.metadata`` is a fifth of ``reactq --help``'s imports)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        print(f"reactq {reactq.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -122,9 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=MAIN_EPILOG,
         formatter_class=_Formatter,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"reactq {__version__}", help="print the version"
-    )
+    parser.add_argument("--version", action=_Version, help="print the version")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     w = _command(
