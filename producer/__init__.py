@@ -1,5 +1,35 @@
-"""Put turns in, get events out: the Producer and the ``reactq`` command."""
+"""The producer side: put turns in, get events out.
 
-from reactq.producer.client import Producer, TurnHandle
+``Producer`` (``client``; ``SyncProducer`` in ``sync``) submits turns, streams their
+events and manages sessions, approvals, schedules and the long-term store; the HTTP
+gateway (``gateway*``, the gateway extra) serves the same over HTTP; ``cli_*`` are
+the producer-side subcommands of the ``reactq`` command (``reactq.cli``), ``render``
+prints events as its lines, ``beat`` fires scheduled turns and ``flower`` runs Celery's
+monitor. ``Producer`` and ``TurnHandle`` load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from reactq.shared.lazy import LazyExports
+
+if TYPE_CHECKING:
+    from reactq.producer.client import Producer, TurnHandle
 
 __all__ = ["Producer", "TurnHandle"]
+
+_EXPORTS = LazyExports(
+    __name__,
+    {
+        "reactq.producer.client": "Producer TurnHandle",
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
+    return _EXPORTS.getattr(name)
+
+
+def __dir__() -> list[str]:
+    return _EXPORTS.dir()

@@ -1,5 +1,8 @@
 """The ``reactq`` subcommands about the pool's agents: ``reactq agents`` and
-``reactq tools AGENT``, read from the worker registry (no agent code is loaded)."""
+``reactq tools AGENT``, read from the worker registry (no agent code is loaded).
+
+Their arguments are declared in ``reactq.cli.parser_state``.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +14,6 @@ from typing import Any
 from reactq.producer.client import Producer
 from reactq.producer.render import when
 from reactq.shared.settings import Settings
-
-
-def add_agents_commands(sub: Any, command: Callable[..., Any]) -> None:
-    """Add ``agents`` and ``tools`` to the ``reactq`` parser's subparsers;
-    ``command(sub, name, summary, details)`` makes one."""
-    agents = command(
-        sub,
-        "agents",
-        "list the agents the pool hosts",
-        "Every agent a worker announced in Redis: its version, whether a worker hosting it "
-        "is live (beat within REACTQ_HEARTBEAT_SECONDS), and how many tools it offers. A "
-        "name live with two definitions (config versions) has a line for each, and a "
-        "warning on stderr, until one is gone.",
-    )
-    agents.add_argument("--json", action="store_true", help="one JSON agent per line")
-    tools = command(
-        sub,
-        "tools",
-        "list an agent's tools",
-        "The tools the agent's model sees, as its workers published them: each one's "
-        "category (read, write, meta), source (local, bundle, mcp, builtin) and, with "
-        "--json, its JSON schema.",
-    )
-    tools.add_argument("agent", help="the agent's name")
-    tools.add_argument("--json", action="store_true", help="one JSON object: the catalogue")
 
 
 async def _agents(args: argparse.Namespace) -> int:

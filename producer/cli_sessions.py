@@ -2,6 +2,8 @@
 ``reactq turns SESSION`` and ``reactq truncate SESSION SEQUENCE``.
 
 As in ``cli_state``, a command that only reads never creates the state database.
+
+Their arguments are declared in ``reactq.cli.parser_state``.
 """
 
 from __future__ import annotations
@@ -31,76 +33,6 @@ def _metadata_pairs(pairs: list[str]) -> dict[str, Any]:
         except ValueError:
             out[key] = raw
     return out
-
-
-def add_sessions_commands(sub: Any, command: Callable[..., Any]) -> None:
-    """Add ``sessions``, ``turns`` and ``truncate`` to the ``reactq`` parser's
-    subparsers; ``command(sub, name, summary, details)`` makes one."""
-    sessions = command(
-        sub,
-        "sessions",
-        "list, show or delete sessions",
-        "From the state database (REACTQ_DATABASE_URL); `rm` also clears the session's "
-        "queue and events in Redis and its workspace.",
-    )
-    sessions_sub = sessions.add_subparsers(
-        dest="sessions_command", required=True, metavar="COMMAND"
-    )
-    ls = command(sessions_sub, "ls", "list sessions, newest first", "Filters combine.")
-    ls.add_argument("--agent", default=None, help="only this agent's sessions")
-    ls.add_argument(
-        "--metadata",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="only sessions whose metadata has KEY with VALUE (JSON or text); repeatable",
-    )
-    ls.add_argument(
-        "--updated-since", type=float, default=None, metavar="UNIX_TIME", help="written since"
-    )
-    ls.add_argument("--limit", type=int, default=50, help="sessions a page (default 50)")
-    ls.add_argument("--cursor", default=None, help="the page after this one (printed on stderr)")
-    ls.add_argument("--json", action="store_true", help="one JSON session per line")
-
-    show = command(
-        sessions_sub,
-        "show",
-        "a session's summary",
-        "Agent, active branch, messages, turns, the last turn, token usage, metadata.",
-    )
-    show.add_argument("session", help="the conversation's id")
-    show.add_argument("--json", action="store_true", help="one JSON object")
-
-    rm = command(
-        sessions_sub,
-        "rm",
-        "delete a session",
-        "Its state, queue, events and workspace; queued turns are cancelled first. Refused "
-        "while a turn runs unless --force, which cancels it and waits for it to stop. The "
-        "audit log keeps its events.",
-    )
-    rm.add_argument("session", help="the conversation's id")
-    rm.add_argument("--force", action="store_true", help="cancel a running turn first")
-
-    turns = command(
-        sub,
-        "turns",
-        "list a session's turns",
-        "Oldest first: id, status, attempt, tokens, submitted, started and ended times.",
-    )
-    turns.add_argument("session", help="the conversation's id")
-    turns.add_argument("--json", action="store_true", help="one JSON turn per line")
-
-    cut = command(
-        sub,
-        "truncate",
-        "delete a branch's messages after SEQUENCE",
-        "Messages the branch inherited stay, and a branch forked inside the cut keeps its "
-        "history (`reactq history` numbers the messages).",
-    )
-    cut.add_argument("session", help="the conversation's id")
-    cut.add_argument("sequence", type=int, help="keep messages 1..SEQUENCE")
-    cut.add_argument("--branch", default=None, help="the branch (default: the active one)")
 
 
 async def _sessions(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ A command that only reads never creates the state database: with an SQLite
 file that does not exist yet, the session it asks about does not exist either,
 and it says so (``SessionNotFoundError``) naming the file, instead of leaving an
 empty database behind in whatever directory it ran from.
+
+Their arguments are declared in ``reactq.cli.parser_state``.
 """
 
 from __future__ import annotations
@@ -69,66 +71,6 @@ def announce_created(settings: Settings, existed: bool) -> None:
             f"reactq: created the state database {path} (set REACTQ_DATABASE_URL to use another)",
             file=sys.stderr,
         )
-
-
-def add_state_commands(sub: Any, command: Callable[..., Any]) -> None:
-    """Add the state subcommands to the ``reactq`` parser's subparsers; ``command(sub,
-    name, summary, details)`` makes one (``reactq.cli`` gives each a description)."""
-    f = command(
-        sub,
-        "fork",
-        "start a branch keeping messages 1..SEQUENCE; make it active",
-        "Edit a turn: fork before it, then send the new message. The original line stays.",
-    )
-    f.add_argument("session", help="the conversation's id")
-    f.add_argument("sequence", type=int, help="keep messages 1..SEQUENCE (0: an empty branch)")
-    f.add_argument("--from-branch", default=None, help="the branch to fork (default: active)")
-    f.add_argument("--name", default=None, help="the new branch's id (default: generated)")
-    f.add_argument("--no-switch", action="store_true", help="leave the active branch as it is")
-
-    b = command(
-        sub,
-        "branches",
-        "list a session's branches",
-        "The active one is marked with *. An unknown session is an error.",
-    )
-    b.add_argument("session", help="the conversation's id")
-    b.add_argument("--json", action="store_true", help="one JSON branch per line")
-
-    s = command(
-        sub,
-        "switch",
-        "make a branch the session's active branch",
-        "The next turn runs on it.",
-    )
-    s.add_argument("session", help="the conversation's id")
-    s.add_argument("branch", help="the branch's id (see `reactq branches`)")
-
-    a = command(
-        sub,
-        "audit",
-        "print every recorded event of a turn (the audit log)",
-        "From the state database, long after the Redis stream expired; exits 1 when the "
-        "turn has no recorded event.",
-    )
-    a.add_argument("turn_id", help="the turn's id (t_...)")
-    a.add_argument("--json", action="store_true", help="one JSON event per line")
-
-    db = command(
-        sub,
-        "db",
-        "the state database's schema",
-        "SQLite upgrades itself; run `reactq db upgrade` on PostgreSQL before a release's "
-        "workers start.",
-    )
-    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
-    up = command(
-        db_sub,
-        "upgrade",
-        "apply the schema migrations (REACTQ_DATABASE_URL)",
-        "Creates the database's tables when it has none.",
-    )
-    up.add_argument("--revision", default="head", help="the revision to reach (default head)")
 
 
 async def _fork(args: argparse.Namespace) -> int:

@@ -2,7 +2,10 @@
 
 Every public name is importable from here (``from reactq import Agent, tool,
 Producer``); docs/api.md lists them by group and says which modules are
-implementation detail. The optional extras load on first use and fail with an
+implementation detail. Each name is imported on first use, so importing
+``reactq`` (or any module under it, which imports this package first) costs only
+what that name or module needs: ``from reactq import Agent`` loads no Celery, no
+SQLAlchemy and no openai SDK. The optional extras load on first use and fail with an
 ImportError naming the extra: ``MCPClient`` and ``MCPProvider`` need
 ``reactq[mcp]``; ``GatewayClient``, ``GatewayRequestError`` and ``create_app``
 need ``reactq[gateway]``. They are imported by name, not by ``from reactq import *``
@@ -14,165 +17,169 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from reactq.producer.client import (
-    CancelResult,
-    DecideOutcome,
-    PendingApproval,
-    Producer,
-    SessionDeleted,
-    SessionDetail,
-    SessionUsage,
-    TurnHandle,
-    TurnInfo,
-)
-from reactq.producer.documents import Document, DocumentPage
-from reactq.producer.sync import SyncProducer, SyncTurnHandle
-from reactq.shared.catalogue import AgentInfo, AgentTools, ToolCategory, ToolInfo
-from reactq.shared.content import ContentPart, ImagePart, TextPart
-from reactq.shared.errors import (
-    AgentMismatchError,
-    AgentRunError,
-    ApprovalClosedError,
-    ApprovalError,
-    ApprovalNotFoundError,
-    BranchError,
-    BranchNotFoundError,
-    BudgetExceededError,
-    ConfigError,
-    ContextLengthExceededError,
-    ContextTooLargeError,
-    DecisionConflictError,
-    EmptyMessageError,
-    EmptyResponseError,
-    ImageTooLargeError,
-    InvalidContextError,
-    InvalidCursorError,
-    InvalidDocumentError,
-    InvalidImageError,
-    InvalidMessageError,
-    InvalidMetadataError,
-    InvalidNamespaceError,
-    InvalidOutputError,
-    InvalidOverrideError,
-    InvalidScheduleError,
-    InvalidSessionIdError,
-    InvalidStreamIdError,
-    InvalidTextError,
-    InvalidTurnError,
-    LLMAuthError,
-    LLMBadRequestError,
-    LLMConnectionError,
-    LLMError,
-    LLMErrorEnvelopeError,
-    LLMImagesUnsupportedError,
-    LLMNoChoicesError,
-    LLMRateLimitError,
-    LLMResponseError,
-    LLMServerError,
-    LLMStreamCutError,
-    LLMUndecodableError,
-    MCPError,
-    MessageTooLargeError,
-    OverrideNotAllowedError,
-    ParserError,
-    ReactqError,
-    ReadOnlyError,
-    ScheduleNotFoundError,
-    ScheduleTooFrequentError,
-    SchemaVersionError,
-    ServiceUnavailableError,
-    SessionBudgetExceededError,
-    SessionBusyError,
-    SessionNotFoundError,
-    SkillError,
-    StaleLeaseError,
-    ToolDeniedError,
-    ToolError,
-    ToolRequiredError,
-    TooManySchedulesError,
-    TurnCommittedError,
-    TurnRejectedError,
-    UnknownAgentError,
-    WebhookRefusedError,
-)
-from reactq.shared.events import (
-    ActionEvent,
-    ApprovalDecidedEvent,
-    ApprovalRequestedEvent,
-    BaseEvent,
-    CompactedEvent,
-    DeltaEvent,
-    ErrorEvent,
-    Event,
-    FileChangeEvent,
-    FinalEvent,
-    GuardrailEvent,
-    ModelFallbackEvent,
-    ObservationEvent,
-    QueuedEvent,
-    RateLimitedEvent,
-    ReasoningEvent,
-    StartedEvent,
-    SubagentEvent,
-    ThoughtEvent,
-    TodosEvent,
-    ToolFailedEvent,
-    TurnsLeftOutEvent,
-    UsageEvent,
-    parse_event,
-)
-from reactq.shared.file_undo import (
-    AlreadyUndoneError,
-    NothingToUndoError,
-    UndoConflictError,
-    UndoError,
-    UndoReport,
-)
-from reactq.shared.messages import ChatMessage, ToolCall
-from reactq.shared.schedules import Schedule
-from reactq.shared.settings import Settings
-from reactq.shared.state.todos import TodoItem
-from reactq.shared.tenancy import TenantIdentity
-from reactq.shared.turns import MultitaskStrategy, TurnStatus
-from reactq.worker.agent import (
-    AgentLoop,
-    AgentRunner,
-    BeforeToolFallback,
-    CancelHandle,
-    ClientFactory,
-    ContextPolicy,
-    DenyToolCall,
-    Hooks,
-    Interventions,
-    LLMClient,
-    LLMEndpoint,
-    LLMResponse,
-    LoopConfig,
-    Model,
-    ModelPrice,
-    OpenAICompatibleClient,
-    RateLimit,
-    Registry,
-    ReplaceToolArgs,
-    RequestOptions,
-    RetryPolicy,
-    RunResult,
-    Tool,
-    ToolArgumentsError,
-    ToolCallInfo,
-    ToolContext,
-    ToolDecision,
-    ToolGate,
-    ToolMode,
-    tool,
-)
-from reactq.worker.agent.config import ApprovalPolicy
-from reactq.worker.agent.delegation import Subagent
-from reactq.worker.agent.guardrails import Guardrail, GuardrailBlockedError, GuardrailResult
-from reactq.worker.definitions import Agent, AgentConfigError, load_agents
+from reactq.shared.lazy import LazyExports
+
+if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for type checkers
+    from reactq.producer.client import (
+        CancelResult,
+        DecideOutcome,
+        PendingApproval,
+        Producer,
+        SessionDeleted,
+        SessionDetail,
+        SessionUsage,
+        TurnHandle,
+        TurnInfo,
+    )
+    from reactq.producer.documents import Document, DocumentPage
+    from reactq.producer.sync import SyncProducer, SyncTurnHandle
+    from reactq.shared.catalogue import AgentInfo, AgentTools, ToolCategory, ToolInfo
+    from reactq.shared.content import ContentPart, ImagePart, TextPart
+    from reactq.shared.errors import (
+        AgentMismatchError,
+        AgentRunError,
+        ApprovalClosedError,
+        ApprovalError,
+        ApprovalNotFoundError,
+        BranchError,
+        BranchNotFoundError,
+        BudgetExceededError,
+        ConfigError,
+        ContextLengthExceededError,
+        ContextTooLargeError,
+        DecisionConflictError,
+        EmptyMessageError,
+        EmptyResponseError,
+        ImageTooLargeError,
+        InvalidContextError,
+        InvalidCursorError,
+        InvalidDocumentError,
+        InvalidImageError,
+        InvalidMessageError,
+        InvalidMetadataError,
+        InvalidNamespaceError,
+        InvalidOutputError,
+        InvalidOverrideError,
+        InvalidScheduleError,
+        InvalidSessionIdError,
+        InvalidStreamIdError,
+        InvalidTextError,
+        InvalidTurnError,
+        LLMAuthError,
+        LLMBadRequestError,
+        LLMConnectionError,
+        LLMError,
+        LLMErrorEnvelopeError,
+        LLMImagesUnsupportedError,
+        LLMNoChoicesError,
+        LLMRateLimitError,
+        LLMResponseError,
+        LLMServerError,
+        LLMStreamCutError,
+        LLMUndecodableError,
+        MCPError,
+        MessageTooLargeError,
+        OverrideNotAllowedError,
+        ParserError,
+        ReactqError,
+        ReadOnlyError,
+        ScheduleNotFoundError,
+        ScheduleTooFrequentError,
+        SchemaVersionError,
+        ServiceUnavailableError,
+        SessionBudgetExceededError,
+        SessionBusyError,
+        SessionNotFoundError,
+        SkillError,
+        StaleLeaseError,
+        ToolDeniedError,
+        ToolError,
+        ToolRequiredError,
+        TooManySchedulesError,
+        TurnCommittedError,
+        TurnRejectedError,
+        UnknownAgentError,
+        WebhookRefusedError,
+    )
+    from reactq.shared.events import (
+        ActionEvent,
+        ApprovalDecidedEvent,
+        ApprovalRequestedEvent,
+        BaseEvent,
+        CompactedEvent,
+        DeltaEvent,
+        ErrorEvent,
+        Event,
+        FileChangeEvent,
+        FinalEvent,
+        GuardrailEvent,
+        ModelFallbackEvent,
+        ObservationEvent,
+        QueuedEvent,
+        RateLimitedEvent,
+        ReasoningEvent,
+        StartedEvent,
+        SubagentEvent,
+        ThoughtEvent,
+        TodosEvent,
+        ToolFailedEvent,
+        TurnsLeftOutEvent,
+        UsageEvent,
+        parse_event,
+    )
+    from reactq.shared.file_undo import (
+        AlreadyUndoneError,
+        NothingToUndoError,
+        UndoConflictError,
+        UndoError,
+        UndoReport,
+    )
+    from reactq.shared.messages import ChatMessage, ToolCall
+    from reactq.shared.schedules import Schedule
+    from reactq.shared.settings import Settings
+    from reactq.shared.state.todos import TodoItem
+    from reactq.shared.tenancy import TenantIdentity
+    from reactq.shared.turns import MultitaskStrategy, TurnStatus
+    from reactq.worker.agent import (
+        AgentLoop,
+        AgentRunner,
+        BeforeToolFallback,
+        CancelHandle,
+        ClientFactory,
+        ContextPolicy,
+        DenyToolCall,
+        Hooks,
+        Interventions,
+        LLMClient,
+        LLMEndpoint,
+        LLMResponse,
+        LoopConfig,
+        Model,
+        ModelPrice,
+        OpenAICompatibleClient,
+        RateLimit,
+        Registry,
+        ReplaceToolArgs,
+        RequestOptions,
+        RetryPolicy,
+        RunResult,
+        Tool,
+        ToolArgumentsError,
+        ToolCallInfo,
+        ToolContext,
+        ToolDecision,
+        ToolGate,
+        ToolMode,
+        tool,
+    )
+    from reactq.worker.agent.config import ApprovalPolicy
+    from reactq.worker.agent.delegation import Subagent
+    from reactq.worker.agent.guardrails import Guardrail, GuardrailBlockedError, GuardrailResult
+    from reactq.worker.definitions import Agent, AgentConfigError, load_agents
+
+    __version__: str
 
 if TYPE_CHECKING:  # re-exported by name (``as``), outside ``__all__``: see the docstring
     from reactq.producer.gateway import create_app as create_app
@@ -181,10 +188,6 @@ if TYPE_CHECKING:  # re-exported by name (``as``), outside ``__all__``: see the 
     from reactq.worker.agent.mcp import MCPClient as MCPClient
     from reactq.worker.agent.mcp import MCPProvider as MCPProvider
 
-try:
-    __version__ = version("reactq")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "__version__",
@@ -362,6 +365,60 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ToolArgumentsError",
 ]
 
+# Where each public name lives: imported the first time it is looked up, so that
+# ``import reactq.shared.events`` (which imports this package first) stays light.
+_EXPORTS = LazyExports(
+    __name__,
+    {
+        "reactq.producer.client": """
+            CancelResult DecideOutcome PendingApproval Producer SessionDeleted SessionDetail
+            SessionUsage TurnHandle TurnInfo""",
+        "reactq.producer.documents": "Document DocumentPage",
+        "reactq.producer.sync": "SyncProducer SyncTurnHandle",
+        "reactq.shared.catalogue": "AgentInfo AgentTools ToolCategory ToolInfo",
+        "reactq.shared.content": "ContentPart ImagePart TextPart",
+        "reactq.shared.errors": """
+            AgentMismatchError AgentRunError ApprovalClosedError ApprovalError ApprovalNotFoundError
+            BranchError BranchNotFoundError BudgetExceededError ConfigError
+            ContextLengthExceededError ContextTooLargeError DecisionConflictError EmptyMessageError
+            EmptyResponseError ImageTooLargeError InvalidContextError InvalidCursorError
+            InvalidDocumentError InvalidImageError InvalidMessageError InvalidMetadataError
+            InvalidNamespaceError InvalidOutputError InvalidOverrideError InvalidScheduleError
+            InvalidSessionIdError InvalidStreamIdError InvalidTextError InvalidTurnError
+            LLMAuthError LLMBadRequestError LLMConnectionError LLMError LLMErrorEnvelopeError
+            LLMImagesUnsupportedError LLMNoChoicesError LLMRateLimitError LLMResponseError
+            LLMServerError LLMStreamCutError LLMUndecodableError MCPError MessageTooLargeError
+            OverrideNotAllowedError ParserError ReactqError ReadOnlyError ScheduleNotFoundError
+            ScheduleTooFrequentError SchemaVersionError ServiceUnavailableError
+            SessionBudgetExceededError SessionBusyError SessionNotFoundError SkillError
+            StaleLeaseError ToolDeniedError ToolError ToolRequiredError TooManySchedulesError
+            TurnCommittedError TurnRejectedError UnknownAgentError WebhookRefusedError""",
+        "reactq.shared.events": """
+            ActionEvent ApprovalDecidedEvent ApprovalRequestedEvent BaseEvent CompactedEvent
+            DeltaEvent ErrorEvent Event FileChangeEvent FinalEvent GuardrailEvent ModelFallbackEvent
+            ObservationEvent QueuedEvent RateLimitedEvent ReasoningEvent StartedEvent SubagentEvent
+            ThoughtEvent TodosEvent ToolFailedEvent TurnsLeftOutEvent UsageEvent parse_event""",
+        "reactq.shared.file_undo": """
+            AlreadyUndoneError NothingToUndoError UndoConflictError UndoError UndoReport""",
+        "reactq.shared.messages": "ChatMessage ToolCall",
+        "reactq.shared.schedules": "Schedule",
+        "reactq.shared.settings": "Settings",
+        "reactq.shared.state.todos": "TodoItem",
+        "reactq.shared.tenancy": "TenantIdentity",
+        "reactq.shared.turns": "MultitaskStrategy TurnStatus",
+        "reactq.worker.agent": """
+            AgentLoop AgentRunner BeforeToolFallback CancelHandle ClientFactory ContextPolicy
+            DenyToolCall Hooks Interventions LLMClient LLMEndpoint LLMResponse LoopConfig Model
+            ModelPrice OpenAICompatibleClient RateLimit Registry ReplaceToolArgs RequestOptions
+            RetryPolicy RunResult Tool ToolArgumentsError ToolCallInfo ToolContext ToolDecision
+            ToolGate ToolMode tool""",
+        "reactq.worker.agent.config": "ApprovalPolicy",
+        "reactq.worker.agent.delegation": "Subagent",
+        "reactq.worker.agent.guardrails": "Guardrail GuardrailBlockedError GuardrailResult",
+        "reactq.worker.definitions": "Agent AgentConfigError load_agents",
+    },
+)
+
 # Names of the optional extras: name -> (module, extra, a module the extra installs).
 _EXTRAS: dict[str, tuple[str, str, str]] = {
     "MCPClient": ("reactq.worker.agent.mcp", "mcp", "mcp"),
@@ -373,18 +430,35 @@ _EXTRAS: dict[str, tuple[str, str, str]] = {
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXTRAS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _EXTRAS:
+        value = _extra(name)
+    else:
+        return _EXPORTS.getattr(name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(_EXPORTS.dir()) | set(__all__) | set(_EXTRAS))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reactq")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+def _extra(name: str) -> Any:
+    """``name`` from its optional extra; an ImportError naming the extra when it is missing."""
     module, extra, needs = _EXTRAS[name]
     if importlib.util.find_spec(needs) is None:
         raise ImportError(
             f"reactq.{name} needs the {extra!r} extra: pip install 'reactq[{extra}]'",
             name=needs,
         )
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_EXTRAS))
+    return getattr(importlib.import_module(module), name)

@@ -3,7 +3,9 @@
 Each setting's meaning is its field's docstring (the model reads them with
 ``use_attribute_docstrings``), so the reference cannot drift from the code: a
 test compares the file with ``render()``. Regenerate with ``make docs`` or
-``python -m reactq.shared.config_doc --write``.
+``python -m reactq.shared.config_doc --write`` from the repository's root (the file
+is found from the working directory, never beside the installed package: from a
+wheel that would be site-packages); ``--out FILE`` writes it elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from reactq.shared.settings import _LIST_FIELDS, Settings
 
 __all__ = ["DOC_PATH", "doc_command", "render"]
 
-DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC_PATH = Path("docs") / "configuration.md"
+"""Where the reference lives, relative to the working directory (a checkout's root)."""
 
 HEADER = """\
 # Configuration reference
@@ -90,19 +93,34 @@ def render() -> str:
 
 
 def doc_command(argv: list[str] | None, *, prog: str, path: Path, text: str) -> int:
-    """A generated reference's command: ``--write`` ``text`` to ``path``, ``--check``
-    that the file holds it (1 when stale), else print it."""
+    """A generated reference's command: ``--write`` ``text`` to ``path`` (or ``--out``),
+    ``--check`` that the file holds it (1 when stale), else print it.
+
+    ``path`` is relative to the working directory; a folder that is not there is
+    refused in one line (exit 2), not created: run from an installed wheel, outside a
+    checkout, there is no docs/ folder to write into.
+    """
     parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--write", action="store_true")
-    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--write", action="store_true", help=f"write it to {path}")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE", help=f"this file instead of {path} (of the cwd)"
+    )
     args = parser.parse_args(argv)
+    target: Path = args.out or path
+    if (args.write or args.check) and not target.parent.resolve().is_dir():
+        print(
+            f"{prog}: error: no folder {target.parent.resolve()}: run it from a reactq "
+            f"checkout's root (it writes {path}), or give --out FILE",
+            file=sys.stderr,
+        )
+        return 2
     if args.write:
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
     elif args.check:
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
         if current != text:
-            print(f"{path} is out of date: run `make docs`", file=sys.stderr)
+            print(f"{target} is out of date: run `make docs`", file=sys.stderr)
             return 1
     else:
         sys.stdout.write(text)
@@ -110,7 +128,8 @@ def doc_command(argv: list[str] | None, *, prog: str, path: Path, text: str) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--write`` the reference to docs/configuration.md, ``--check`` it, else print it."""
+    """``--write`` the reference to docs/configuration.md (of the working directory, or
+    ``--out``), ``--check`` it, else print it."""
     return doc_command(
         argv, prog="python -m reactq.shared.config_doc", path=DOC_PATH, text=render()
     )

@@ -2,7 +2,9 @@
 
 A test compares the file with ``render()``, so the reference cannot drift from
 the registry. Regenerate with ``make docs`` or ``python -m reactq.shared.errors_doc
---write``; ``reactq errors`` prints the same registry.
+--write`` from the repository's root (``--out FILE`` writes it elsewhere; as
+``config_doc``, it never writes beside the installed package); ``reactq errors``
+prints the same registry.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from reactq.shared.error_codes import ERROR_CODES, KINDS
 
 __all__ = ["DOC_PATH", "render"]
 
-DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+DOC_PATH = Path("docs") / "errors.md"
+"""Where the reference lives, relative to the working directory (a checkout's root)."""
 
 HEADER = """\
 # Error codes
@@ -46,7 +49,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--write`` the reference to docs/errors.md, ``--check`` it, else print it."""
+    """``--write`` the reference to docs/errors.md (of the working directory, or
+    ``--out``), ``--check`` it, else print it."""
     return doc_command(
         argv, prog="python -m reactq.shared.errors_doc", path=DOC_PATH, text=render()
     )

@@ -16,14 +16,16 @@ from __future__ import annotations
 import itertools
 import secrets
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from celery.schedules import crontab
-from celery.schedules import schedule as interval
 from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.errors import InvalidScheduleError, ScheduleTooFrequentError
 from reactq.shared.tenancy import TenantIdentity
+
+if TYPE_CHECKING:
+    from celery.schedules import crontab
+    from celery.schedules import schedule as interval
 
 __all__ = [
     "MAX_EVERY",
@@ -107,6 +109,9 @@ def parse_cron(expression: str) -> crontab:
             cron=expression[:200],
         )
     minute, hour, day_of_month, month, day_of_week = fields
+    # Celery's schedules module imports Celery itself: only a cron that is read pays for it.
+    from celery.schedules import crontab
+
     try:
         spec = crontab(
             minute=minute,
@@ -185,6 +190,8 @@ def celery_schedule(schedule: Schedule) -> crontab | interval:
     """What Celery beat times the schedule with."""
     if schedule.cron is not None:
         return parse_cron(schedule.cron)
+    from celery.schedules import schedule as interval
+
     return interval(timedelta(seconds=schedule.every or 1))
 
 

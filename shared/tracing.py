@@ -14,8 +14,6 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from celery.signals import after_task_publish, before_task_publish
-
 from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
 
@@ -82,6 +80,9 @@ def instrument_publishing() -> None:
     """Carry the current trace in every Celery message this process sends (idempotent)."""
     global _publishing
     _otel()
+    # Here, not at the top: a process that sends no Celery message never imports Celery.
+    from celery.signals import after_task_publish, before_task_publish
+
     with _installed:
         if _publishing:
             return

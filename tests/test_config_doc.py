@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from reactq.shared.config_doc import DOC_PATH, main, render
 from reactq.shared.settings import Settings
 
@@ -31,3 +37,21 @@ def test_secrets_are_marked_and_shown_without_defaults() -> None:
         assert "*secret*" in rows[env]
     assert "`reactq`" in rows["REACTQ_NAMESPACE"]
     assert "`0`" in rows["REACTQ_METRICS_PORT"]
+
+
+@pytest.mark.parametrize("module", ["reactq.shared.config_doc", "reactq.shared.errors_doc"])
+def test_outside_a_checkout_it_refuses_instead_of_writing_beside_the_package(
+    module: str, tmp_path: Path
+) -> None:
+    # As from an installed wheel: no docs/ folder in the working directory.
+    run = [sys.executable, "-m", module]
+    out = subprocess.run([*run, "--write"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "give --out FILE" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+    written = subprocess.run(
+        [*run, "--write", "--out", "ref.md"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert written.returncode == 0, written.stderr
+    check = [*run, "--check", "--out", "ref.md"]
+    assert subprocess.run(check, cwd=tmp_path, capture_output=True).returncode == 0

@@ -11,15 +11,17 @@ period or a no-op, never a turn (docs/architecture.md, "Session protocol").
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from celery import Celery
 from kombu.exceptions import OperationalError
 
 from reactq.shared.keys import Keys
-from reactq.shared.protocol.transport import TRANSPORT
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import instrument_publishing
 from reactq.shared.webhooks import WEBHOOK_TASK, Delivery
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 BROKER_ERRORS: tuple[type[Exception], ...] = (OperationalError, OSError)
 """What sending a message raises when the broker cannot be reached (after kombu's
@@ -45,6 +47,10 @@ def celery_app(settings: Settings, *, consumer: bool = False) -> Celery:
     With ``REACTQ_TRACING`` every message the process sends carries the current
     trace.
     """
+    # Celery is imported here, where an app is made, so that a producer that only reads
+    # (events, history, sessions) never loads it (tests/test_lazy_imports.py).
+    from celery import Celery
+
     app = Celery("reactq", broker=settings.effective_broker_url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
@@ -69,6 +75,8 @@ def celery_app(settings: Settings, *, consumer: bool = False) -> Celery:
             task_send_sent_event=False,
         )
         if settings.effective_broker_url.startswith(("redis://", "rediss://")):
+            from reactq.shared.protocol.transport import TRANSPORT
+
             app.conf.broker_transport = TRANSPORT
     if settings.tracing:
         instrument_publishing()  # the trace rides in the message headers

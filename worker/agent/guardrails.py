@@ -20,15 +20,17 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from reactq.shared.audit import AuditedBus
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import AgentRunError
 from reactq.shared.events import GuardrailEvent
 from reactq.worker.agent.llm.base import LLMClient, LLMResponse, RequestOptions
 from reactq.worker.agent.parsers import find_json_object
 from reactq.worker.agent.tools import ToolContext
+
+if TYPE_CHECKING:
+    from reactq.shared.audit import AuditedBus
 
 __all__ = [
     "DEFAULT_REFUSAL",
@@ -273,6 +275,10 @@ class Guardrails:
 
 def _audited(bus: object) -> AuditedBus | None:
     """The AuditedBus under ``bus`` (which may wrap it), if there is one."""
+    # Here, not at the top: the audit log's module imports the SQL store, which an
+    # agent's definition (``from reactq import Agent``) does not need.
+    from reactq.shared.audit import AuditedBus
+
     for _ in range(4):
         if isinstance(bus, AuditedBus):
             return bus

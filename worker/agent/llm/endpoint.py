@@ -18,10 +18,10 @@ from reactq.shared.logs import redact_also
 from reactq.shared.protocol.ratelimit import RateLimit
 from reactq.shared.settings import Settings
 from reactq.worker.agent.llm.base import LLMClient
-from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
 from reactq.worker.agent.llm.pool import LLMClientPool
 
 if TYPE_CHECKING:
+    from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
     from reactq.worker.definitions import Agent
 
 __all__ = ["ClientCache", "ClientFactory", "LLMEndpoint", "Model", "RateLimit", "as_model"]
@@ -97,6 +97,9 @@ the event loop that will use it)."""
 
 def openai_client(endpoint: LLMEndpoint) -> OpenAICompatibleClient:
     """The default client: the official ``openai`` SDK on ``endpoint``."""
+    # Imported when a client is made: defining an agent does not load the SDK.
+    from reactq.worker.agent.llm.openai_client import OpenAICompatibleClient
+
     return OpenAICompatibleClient(
         base_url=endpoint.base_url,
         api_key=endpoint.api_key,
