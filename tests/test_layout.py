@@ -58,6 +58,7 @@ def test_the_package_imports_from_the_parent_folder_of_a_checkout(tmp_path: Path
 # A ValueError raised in a reactq.worker module; then every module loaded by then.
 RAISE = """
 import json, sys, traceback
+import reactq.producer.client, reactq.worker.tasks  # most of the package, lazily imported
 from reactq.worker.agent.guardrails import as_guardrails
 try:
     as_guardrails("input_guardrails", 5)
