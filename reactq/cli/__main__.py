@@ -4,4 +4,6 @@ import sys
 
 from reactq.cli import main
 
-sys.exit(main())
+# Guarded: the error-tree test imports every module of the package.
+if __name__ == "__main__":
+    sys.exit(main())
