@@ -32,7 +32,7 @@ from sqlalchemy import event
 from bench.proc import cpu_seconds
 from bench.state import TURN
 from reactq.shared.state import TurnRecord, sql_engines
-from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus
 
 WRITER = "reactq-sqlite-writer-0"

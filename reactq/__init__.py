@@ -134,7 +134,7 @@ from reactq.shared.file_undo import (
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.todo_store import TodoItem
 from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 from reactq.worker.agent import (

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.shared.errors import BranchError, StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.documents import DocumentStore
-from reactq.shared.state.todos import TodoStore
+from reactq.shared.state.document_store import DocumentStore
+from reactq.shared.state.todo_store import TodoStore
 from reactq.shared.turns import TurnStatus
 
 TRUNK = "trunk"

@@ -55,8 +55,8 @@ from reactq.shared.state.base import (
     committed_twice,
     stale,
 )
-from reactq.shared.state.sql_bulk import insert_many
-from reactq.shared.state.sql_schema import (
+from reactq.shared.state.sql.bulk import insert_many
+from reactq.shared.state.sql.schema import (
     branches,
     message_row,
     messages,

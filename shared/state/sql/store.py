@@ -35,7 +35,7 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -46,7 +46,6 @@ from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
 from reactq.shared.state import listing, outage
 from reactq.shared.state import migrate as schema
-from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
@@ -67,15 +66,16 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
-from reactq.shared.state.sql_documents import SqlDocuments
-from reactq.shared.state.sql_engines import (
+from reactq.shared.state.sql import ops
+from reactq.shared.state.sql.documents import SqlDocuments
+from reactq.shared.state.sql.engines import (
     AsyncTransactions,
     SqliteTransactions,
     Transactions,
     in_memory,
     sqlite_engines,
 )
-from reactq.shared.state.sql_schema import (
+from reactq.shared.state.sql.schema import (
     branches,
     dec,
     enc,
@@ -84,7 +84,7 @@ from reactq.shared.state.sql_schema import (
     turn_checkpoints,
     turns,
 )
-from reactq.shared.state.sql_todos import SqlTodos
+from reactq.shared.state.sql.todos import SqlTodos
 from reactq.shared.turns import TurnStatus
 
 T = TypeVar("T")
@@ -113,6 +113,9 @@ class SqlStateStore(SqlDocuments, SqlTodos):
     statement: on SQLite a ``sqlite+pysqlite`` engine, on PostgreSQL
     ``engine.sync_engine``.
     """
+
+    backend: ClassVar[str] = "sql"
+    """Its entry in ``shared/state/backends.py``."""
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from reactq.shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
@@ -30,8 +30,8 @@ from reactq.shared.state.base import (
     stale,
     view_ranges,
 )
-from reactq.shared.state.memory_documents import MemoryDocuments
-from reactq.shared.state.memory_todos import MemoryTodos
+from reactq.shared.state.memory.documents import MemoryDocuments
+from reactq.shared.state.memory.todos import MemoryTodos
 
 
 @dataclass(eq=False)
@@ -90,6 +90,9 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
     most recently used ones; both drop the session's turns with it. None disables
     either bound.
     """
+
+    backend: ClassVar[str] = "memory"
+    """Its entry in ``shared/state/backends.py``."""
 
     def __init__(
         self, *, ttl_seconds: float | None = 3600.0, max_sessions: int | None = 1000

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reactq.shared.state.base import stale
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.todo_store import TodoItem
 
 
 class MemoryTodos:

@@ -36,7 +36,7 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
@@ -70,8 +70,8 @@ from reactq.shared.state.base import (
     new_branch_id,
     stale,
 )
-from reactq.shared.state.redis_documents import RedisDocuments
-from reactq.shared.state.redis_todos import RedisTodos
+from reactq.shared.state.redis.documents import RedisDocuments
+from reactq.shared.state.redis.todos import RedisTodos
 from reactq.shared.state.text import dec, dump_extra, dump_parts, enc, load_extra, load_parts
 from reactq.shared.turns import TurnStatus
 
@@ -98,6 +98,9 @@ class RedisStateStore(RedisDocuments, RedisTodos):
     ``await RedisStateStore.open("redis://host:6379/0?namespace=reactq")``, or pass
     a client you own (``redis=``; the store then does not close it).
     """
+
+    backend: ClassVar[str] = "redis"
+    """Its entry in ``shared/state/backends.py``."""
 
     def __init__(
         self, url: str | None = None, *, redis: Redis | None = None, namespace: str = "reactq"
