@@ -9,9 +9,9 @@ Each of ``concurrency`` coroutines runs turns on sessions of its own (a new one 
 ``commit_turn`` (two write transactions), as a worker holding that many turns does.
 ``--pause``: seconds between a turn's two writes, drawn from 0 to twice that (the
 model's latency; 0 makes every write queue behind the others). ``--group``: the
-bounds compared (``sql_engines._GROUP``; 1 is each write in a transaction of its
-own, as before group commit). CPU figures come from /proc (the writer thread's and
-the whole process's), in 10 ms ticks: run enough turns.
+bounds compared (``_GROUP`` in shared/state/sql/engines.py; 1 is each write in a
+transaction of its own, as before group commit). CPU figures come from /proc (the
+writer thread's and the whole process's), in 10 ms ticks: run enough turns.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from sqlalchemy import event
 
 from bench.proc import cpu_seconds
 from bench.state import TURN
-from reactq.shared.state import TurnRecord, sql_engines
+from reactq.shared.state import TurnRecord
+from reactq.shared.state.sql import engines as sql_engines
 from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus
 

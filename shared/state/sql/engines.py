@@ -1,7 +1,7 @@
 """How the SQL store's transactions reach the database: its engines and runners.
 
 A transaction of the store is a plain function of a SQLAlchemy ``Connection`` (its
-statements are in ``sql_ops``); a runner's ``write(op)`` or ``read(op)`` runs one.
+statements are in ``ops``); a runner's ``write(op)`` or ``read(op)`` runs one.
 
 SQLite (``SqliteTransactions``): the whole transaction (BEGIN, the statements,
 COMMIT, the busy retries) runs in one hop to a thread, on a synchronous engine

@@ -1,7 +1,7 @@
 """The SQL store's statements, each run on a connection inside the caller's transaction.
 
 They are plain synchronous functions: the store runs a whole transaction in one
-call (``sql_engines``: a thread on SQLite, ``run_sync`` on PostgreSQL).
+call (``engines``: a thread on SQLite, ``run_sync`` on PostgreSQL).
 
 Writers lock the session row first (``lock_session``: FOR UPDATE on PostgreSQL;
 ``lock_fenced``: an UPDATE of the row; SQLite's write transactions are already
@@ -733,30 +733,3 @@ def _call_commit_turn(
 def delete_checkpoint() -> Delete:
     """Delete a turn's checkpoint (run with ``tid``, the turn)."""
     return delete(turn_checkpoints).where(turn_checkpoints.c.turn_id == bindparam("tid"))
-
-
-_CHECKPOINT_COLUMNS = ("turn_id", "session_id", "branch_id", "step", "attempt", "messages")
-
-
-@functools.cache
-def guarded_checkpoint(dialect: str, *, fenced: bool) -> Any:
-    """A checkpoint's upsert, written only if the session exists, its fence is
-    ``:fence`` (``fenced``) and the turn has no committed record. Run with the
-    checkpoint's columns prefixed ``v_`` (plain names are the INSERT's own)."""
-    columns = [*_CHECKPOINT_COLUMNS, "updated_at"]
-    session_id = bindparam("v_session_id", type_=sessions.c.session_id.type)
-    committed = select(turns.c.turn_id).where(turns.c.turn_id == bindparam("v_turn_id")).exists()
-    source = select(
-        *(bindparam(f"v_{name}", type_=turn_checkpoints.c[name].type) for name in columns)
-    ).where(sessions.c.session_id == session_id, ~committed)
-    if fenced:
-        source = source.where(sessions.c.fence == bindparam("fence", type_=sessions.c.fence.type))
-    if dialect == "postgresql":
-        # Held until the commit: a claim by a newer holder (an UPDATE of the row)
-        # waits for this write, or this write, having waited, sees the new token and
-        # writes nothing. SQLite's BEGIN IMMEDIATE already serialises writers.
-        source = source.with_for_update(key_share=True, of=sessions)
-    query = dialect_insert(dialect, turn_checkpoints).from_select(columns, source)
-    return query.on_conflict_do_update(
-        index_elements=["turn_id"], set_={name: query.excluded[name] for name in columns[1:]}
-    )
