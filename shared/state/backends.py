@@ -95,6 +95,10 @@ class Backend:
     open_audit_sink: Callable[[str, Mapping[str, Any]], Awaitable[AuditSink]] | None = None
     """An audit sink of its own for a URL of this backend (``open_audit_sink``), or
     None: the backend cannot hold an audit log."""
+    audit_write_back: Callable[[AuditSpill, StateStore, float], Awaitable[None]] | None = None
+    """A worker's duty beside a store of this backend: write back, every ``interval``
+    seconds, the audit rows that waited in Redis (``shared/audit_spill.py``); None
+    without an audit log."""
 
 
 # Plain schemes a user is likely to write, mapped to the async drivers reactq uses.
@@ -158,6 +162,12 @@ def _sql_audit(store: StateStore, options: AuditOptions) -> AuditSink:
     )
 
 
+async def _sql_write_back(spill: AuditSpill, store: StateStore, interval: float) -> None:
+    from reactq.shared.audit_spill import write_back_forever
+
+    await write_back_forever(spill, _sql_store(store), interval)
+
+
 async def _open_sql_audit(url: str, options: Mapping[str, Any]) -> AuditSink:
     from reactq.shared.state import open_store
     from reactq.shared.state.sql.audit import SqlAuditSink
@@ -211,6 +221,7 @@ BACKENDS: tuple[Backend, ...] = (
         error_frames=("/sqlalchemy/", "/asyncpg/", "/aiosqlite/", "/shared/state/"),
         audit_sink=_sql_audit,
         open_audit_sink=_open_sql_audit,
+        audit_write_back=_sql_write_back,
     ),
     Backend(
         name="redis",

@@ -280,8 +280,8 @@ class RedisStateStore(RedisDocuments, RedisTodos, RedisSteps, RedisFiles):
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's committed turns, oldest first."""
         raw = await self.redis.hvals(self._keys(session_id)[3])
-        records = [records.turn_record(value) for value in raw]
-        return sorted(records, key=lambda r: (r.created_at, r.turn_id))
+        found = [records.turn_record(value) for value in raw]
+        return sorted(found, key=lambda r: (r.created_at, r.turn_id))
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
