@@ -1,5 +1,5 @@
 """Group commit on SQLite: the writes queued together share one BEGIN ... COMMIT, and
-each caller still sees its own write as if it ran alone (shared/state/sql/engines.py).
+each caller still sees its own write as if it ran alone (shared/state/sql/sqlite_lanes.py).
 
 The writes of a test queue up behind one the writer thread is running (held until the
 test lets it go), so they form the next group, deterministically.

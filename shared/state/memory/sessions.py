@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reactq.shared.messages import ChatMessage
-from reactq.shared.state.base import TRUNK, SessionInfo, SessionRecord, new_branch_id, view_ranges
+from reactq.shared.state.base import TRUNK, SessionInfo, SessionRecord
+from reactq.shared.state.common import new_branch_id, view_ranges
 
 
 @dataclass(eq=False)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from reactq.shared.state.base import TurnCheckpoint, TurnRecord, committed_twice, stale
+from reactq.shared.state.base import TurnCheckpoint, TurnRecord
+from reactq.shared.state.common import committed_twice, stale
 from reactq.shared.state.memory.sessions import Session
 
 

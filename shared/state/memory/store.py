@@ -21,6 +21,8 @@ from reactq.shared.state.base import (
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
+)
+from reactq.shared.state.common import (
     check_branch_id,
     check_fork_point,
     check_record,

@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from reactq.shared.redis_client import lua_source
-from reactq.shared.state.base import TurnCheckpoint, committed_twice, dump_steps, load_steps, stale
+from reactq.shared.state.base import TurnCheckpoint
+from reactq.shared.state.common import committed_twice, dump_steps, load_steps, stale
 from reactq.shared.state.redis import records
 
 CHECKPOINT = lua_source(__name__, "state_checkpoint")

@@ -57,6 +57,8 @@ from reactq.shared.state.base import (
     SessionUsage,
     TurnRecord,
     TurnStart,
+)
+from reactq.shared.state.common import (
     check_branch_id,
     check_fork_point,
     check_record,

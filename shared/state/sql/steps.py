@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.engine import Connection
 
-from reactq.shared.state.base import TurnCheckpoint, committed_twice, dump_steps, load_steps
+from reactq.shared.state.base import TurnCheckpoint
+from reactq.shared.state.common import committed_twice, dump_steps, load_steps
 from reactq.shared.state.sql import ops
 from reactq.shared.state.sql.ops import dialect_insert
 from reactq.shared.state.sql.schema import sessions, turn_checkpoints, turns

@@ -53,16 +53,12 @@ from reactq.shared.state.base import (
     SessionPage,
     SessionRecord,
     TurnRecord,
-    check_branch_id,
-    check_fork_point,
-    new_branch_id,
-    stale,
 )
+from reactq.shared.state.common import check_branch_id, check_fork_point, new_branch_id, stale
 from reactq.shared.state.sql import ops
 from reactq.shared.state.sql.documents import SqlDocuments
 from reactq.shared.state.sql.engines import (
     AsyncTransactions,
-    SqliteTransactions,
     Transactions,
     in_memory,
     sqlite_engines,
@@ -74,6 +70,7 @@ from reactq.shared.state.sql.schema import (
     sessions,
     turns,
 )
+from reactq.shared.state.sql.sqlite_lanes import SqliteTransactions
 from reactq.shared.state.sql.steps import SqlSteps
 from reactq.shared.state.sql.todos import SqlTodos
 from reactq.shared.state.sql.turns import SqlTurns, turn_record

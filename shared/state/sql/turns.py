@@ -14,15 +14,9 @@ from sqlalchemy.engine import Connection
 
 from reactq.shared.messages import ChatMessage
 from reactq.shared.state import listing
-from reactq.shared.state.base import (
-    TRUNK,
-    SessionInfo,
-    SessionUsage,
-    TurnRecord,
-    TurnStart,
-    check_record,
-)
-from reactq.shared.state.sql import ops
+from reactq.shared.state.base import TRUNK, SessionInfo, SessionUsage, TurnRecord, TurnStart
+from reactq.shared.state.common import check_record
+from reactq.shared.state.sql import ops, turn_ops
 from reactq.shared.state.sql.schema import dec, enc, turns
 from reactq.shared.turns import TurnStatus
 
@@ -55,7 +49,7 @@ class SqlTurns:
         its trunk instead, and another agent's session needs only the first.
 
         SQLite runs them in one write transaction. PostgreSQL runs them in one call
-        of the ``reactq_begin_turn`` function (``ops.begin_rows``), its own
+        of the ``reactq_begin_turn`` function (``turn_ops.begin_rows``), its own
         transaction (no BEGIN / COMMIT round trips: ``_write_each``). The function
         reads the branch in a statement after the upsert, so the read's snapshot
         holds every commit that landed before, the one the upsert waited for
@@ -78,7 +72,7 @@ class SqlTurns:
             "created_at": now,
             "updated_at": now,
         }
-        upsert = ops.upsert_session(self.dialect, fenced=fence is not None)
+        upsert = turn_ops.upsert_session(self.dialect, fenced=fence is not None)
 
         def op(conn: Connection) -> TurnStart:
             row = conn.execute(upsert, row_values).first()
@@ -97,7 +91,7 @@ class SqlTurns:
                 # time). Should another session have been created at the very same
                 # clock reading, the insert below does nothing: it has its trunk.
                 trunk = {"session_id": session_id, "branch_id": TRUNK, "created_at": now}
-                conn.execute(ops.insert_trunk(self.dialect), trunk)
+                conn.execute(turn_ops.insert_trunk(self.dialect), trunk)
                 return TurnStart(info=info, branch_id=branch, messages=[])
             if info.agent != agent:
                 return TurnStart(info=info, branch_id=branch, messages=[])
@@ -115,8 +109,8 @@ class SqlTurns:
         now: float,
         conn: Connection,
     ) -> TurnStart:
-        """``begin_turn`` on PostgreSQL: one statement (``ops.begin_rows``)."""
-        info, history = ops.begin_rows(conn, session_id, agent, fence, branch_id, now)
+        """``begin_turn`` on PostgreSQL: one statement (``turn_ops.begin_rows``)."""
+        info, history = turn_ops.begin_rows(conn, session_id, agent, fence, branch_id, now)
         return TurnStart(info=info, branch_id=branch_id or info.active_branch, messages=history)
 
     async def commit_turn(
@@ -132,7 +126,7 @@ class SqlTurns:
         """Append a turn's messages and record its outcome, atomically, once per turn
         (TurnCommittedError otherwise); see StateStore.
 
-        ``ops.commit_rows``: on PostgreSQL one statement, the call of the
+        ``turn_ops.commit_rows``: on PostgreSQL one statement, the call of the
         ``reactq_commit_turn`` function (migration 0014), its own transaction (no
         BEGIN / COMMIT round trips: ``_write_each``); on SQLite one transaction of
         the fence's lock (which reads the tip), the record and the messages. Both
@@ -160,7 +154,7 @@ class SqlTurns:
             # The turn's record is its one commit: a record already there (or one a
             # concurrent transaction is writing, which the insert waits for) refuses
             # the commit, and writes nothing.
-            ops.commit_rows(
+            turn_ops.commit_rows(
                 conn,
                 session_id,
                 fence,

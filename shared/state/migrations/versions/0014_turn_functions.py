@@ -6,7 +6,7 @@ with the snapshot taken before it waited for the lock, and would miss what the
 row's previous holder wrote. A PL/pgSQL function runs each of its statements
 with a fresh snapshot (READ COMMITTED), so it can lock, then read.
 
-``reactq_commit_turn`` returns ``(outcome, detail)``; ``sql/ops.py``'s ``COMMITTED`` and
+``reactq_commit_turn`` returns ``(outcome, detail)``; ``sql/turn_ops.py``'s ``COMMITTED`` and
 its peers name the outcomes. Every refusal comes before the first write, so a
 refused call writes nothing:
 
