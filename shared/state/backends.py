@@ -17,17 +17,23 @@ asked for: naming a backend costs no driver import.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from reactq.shared.errors import ConfigError
 
 if TYPE_CHECKING:
-    from reactq.shared.audit import AuditSink
+    from reactq.shared.audit import AuditSink, MemoryAuditSink
     from reactq.shared.audit_spill import AuditSpill
     from reactq.shared.state.base import StateStore
+    from reactq.shared.state.memory.store import MemoryStateStore
+    from reactq.shared.state.redis.schedules import RedisScheduleStore
+    from reactq.shared.state.redis.store import RedisStateStore
     from reactq.shared.state.schedule_store import ScheduleStore
+    from reactq.shared.state.sql.audit import SqlAuditSink
+    from reactq.shared.state.sql.schedules import SqlScheduleStore
     from reactq.shared.state.sql.store import SqlStateStore
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
@@ -109,90 +115,93 @@ ALIASES = {
 }
 
 
+def _load(path: str) -> Any:
+    """The object at ``module:name``, its module imported on first use: a backend's
+    modules load only when its store or one of its parts is asked for (naming the
+    backends costs no driver import, and the modules that pick a backend through this
+    one, ``shared/audit.py`` and ``shared/services.py`` among them, stay below the
+    backends that build on them)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 # --- memory ---------------------------------------------------------------------------
+
+_MEMORY = "reactq.shared.state.memory"
 
 
 async def _open_memory(url: str, options: OpenOptions) -> StateStore:
-    from reactq.shared.state.memory.store import MemoryStateStore
-
-    return MemoryStateStore(**options.extra)
+    store: type[MemoryStateStore] = _load(f"{_MEMORY}.store:MemoryStateStore")
+    return store(**options.extra)
 
 
 def _memory_schedules(store: StateStore) -> ScheduleStore:
-    from reactq.shared.state.memory.schedules import memory_schedules
-    from reactq.shared.state.memory.store import MemoryStateStore
-
-    assert isinstance(store, MemoryStateStore)  # backend_of read it off its class
-    return memory_schedules(store)
+    beside: Callable[[MemoryStateStore], ScheduleStore] = _load(
+        f"{_MEMORY}.schedules:memory_schedules"
+    )
+    return beside(cast("MemoryStateStore", store))  # backend_of read it off its class
 
 
 async def _open_memory_audit(url: str, options: Mapping[str, Any]) -> AuditSink:
-    from reactq.shared.audit import MemoryAuditSink
-
-    return MemoryAuditSink()
+    sink: type[MemoryAuditSink] = _load("reactq.shared.audit:MemoryAuditSink")
+    return sink()
 
 
 # --- sql ------------------------------------------------------------------------------
 
+_SQL = "reactq.shared.state.sql"
+
 
 async def _open_sql(url: str, options: OpenOptions) -> StateStore:
-    from reactq.shared.state.sql.store import SqlStateStore
-
-    return await SqlStateStore.open(url, outage_seconds=options.outage_seconds, **options.extra)
-
-
-def _sql_store(store: StateStore) -> SqlStateStore:
-    from reactq.shared.state.sql.store import SqlStateStore
-
-    assert isinstance(store, SqlStateStore)  # backend_of read it off its class
-    return store
+    store: type[SqlStateStore] = _load(f"{_SQL}.store:SqlStateStore")
+    return await store.open(url, outage_seconds=options.outage_seconds, **options.extra)
 
 
 def _sql_schedules(store: StateStore) -> ScheduleStore:
-    from reactq.shared.state.sql.schedules import SqlScheduleStore
-
-    return SqlScheduleStore(_sql_store(store))
+    schedules: type[SqlScheduleStore] = _load(f"{_SQL}.schedules:SqlScheduleStore")
+    return schedules(cast("SqlStateStore", store))  # backend_of read it off its class
 
 
 def _sql_audit(store: StateStore, options: AuditOptions) -> AuditSink:
-    from reactq.shared.state.sql.audit import SqlAuditSink
-
-    return SqlAuditSink(
-        _sql_store(store), batch=options.batch, linger=options.linger, spill=options.spill
+    sink: type[SqlAuditSink] = _load(f"{_SQL}.audit:SqlAuditSink")
+    return sink(
+        cast("SqlStateStore", store),
+        batch=options.batch,
+        linger=options.linger,
+        spill=options.spill,
     )
 
 
 async def _sql_write_back(spill: AuditSpill, store: StateStore, interval: float) -> None:
-    from reactq.shared.audit_spill import write_back_forever
-
-    await write_back_forever(spill, _sql_store(store), interval)
+    duty: Callable[[AuditSpill, SqlStateStore, float], Awaitable[None]] = _load(
+        "reactq.shared.audit_spill:write_back_forever"
+    )
+    await duty(spill, cast("SqlStateStore", store), interval)
 
 
 async def _open_sql_audit(url: str, options: Mapping[str, Any]) -> AuditSink:
-    from reactq.shared.state import open_store
-    from reactq.shared.state.sql.audit import SqlAuditSink
-
-    return SqlAuditSink(_sql_store(await open_store(url, **options)), owns_store=True)
+    backend, url = backend_for(url)
+    store = await backend.open(url, OpenOptions(extra=options))
+    sink: type[SqlAuditSink] = _load(f"{_SQL}.audit:SqlAuditSink")
+    return sink(cast("SqlStateStore", store), owns_store=True)
 
 
 # --- redis ----------------------------------------------------------------------------
 
+_REDIS = "reactq.shared.state.redis"
+
 
 async def _open_redis(url: str, options: OpenOptions) -> StateStore:
-    from reactq.shared.state.redis.store import RedisStateStore
-
+    store: type[RedisStateStore] = _load(f"{_REDIS}.store:RedisStateStore")
     extra = dict(options.extra)
     if options.namespace is not None:
         extra.setdefault("namespace", options.namespace)
-    return await RedisStateStore.open(url, **extra)
+    return await store.open(url, **extra)
 
 
 def _redis_schedules(store: StateStore) -> ScheduleStore:
-    from reactq.shared.state.redis.schedules import RedisScheduleStore
-    from reactq.shared.state.redis.store import RedisStateStore
-
-    assert isinstance(store, RedisStateStore)  # backend_of read it off its class
-    return RedisScheduleStore(store)
+    schedules: type[RedisScheduleStore] = _load(f"{_REDIS}.schedules:RedisScheduleStore")
+    return schedules(cast("RedisStateStore", store))  # backend_of read it off its class
 
 
 BACKENDS: tuple[Backend, ...] = (
