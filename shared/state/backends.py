@@ -7,9 +7,9 @@ schemes it serves, how to open its store, its schedules and its audit sink, wher
 documents and todos live, and the service its failures are reported as. Everything
 that picks a backend goes through here: ``open_store`` (by URL scheme),
 ``schedules_for`` and ``audit_sink_for`` (by the store's ``backend`` name),
-``open_audit_sink`` (by URL), and ``shared/services.py`` (which service a bare
-``OSError`` from a backend's code is). Adding a backend is one entry here and one
-package.
+``open_audit_sink`` (by URL), a worker's audit write-back duty
+(``worker/bridge.py``), and ``shared/services.py`` (which service a bare ``OSError``
+from a backend's code is). Adding a backend is one entry here and one package.
 
 Each backend's modules are imported only when its store is opened or its parts are
 asked for: naming a backend costs no driver import.
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from reactq.shared.state.sql.store import SqlStateStore
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
+    "ALIASES",
     "AuditOptions",
     "Backend",
     "OpenOptions",
