@@ -9,9 +9,9 @@ Each of ``concurrency`` coroutines runs turns on sessions of its own (a new one 
 ``commit_turn`` (two write transactions), as a worker holding that many turns does.
 ``--pause``: seconds between a turn's two writes, drawn from 0 to twice that (the
 model's latency; 0 makes every write queue behind the others). ``--group``: the
-bounds compared (``sql_engines._GROUP``; 1 is each write in a transaction of its
-own, as before group commit). CPU figures come from /proc (the writer thread's and
-the whole process's), in 10 ms ticks: run enough turns.
+bounds compared (``_GROUP`` in shared/state/sql/sqlite_lanes.py; 1 is each write in a
+transaction of its own, as before group commit). CPU figures come from /proc (the
+writer thread's and the whole process's), in 10 ms ticks: run enough turns.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ from sqlalchemy import event
 
 from bench.proc import cpu_seconds
 from bench.state import TURN
-from reactq.shared.state import TurnRecord, sql_engines
-from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state import TurnRecord
+from reactq.shared.state.sql import sqlite_lanes
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus
 
 WRITER = "reactq-sqlite-writer-0"
@@ -109,7 +110,7 @@ def main() -> None:
     bounds = [int(b) for b in args.group.split(",")]
     results = []
     for bound in bounds:
-        sql_engines._GROUP = bound
+        sqlite_lanes._GROUP = bound
         with tempfile.TemporaryDirectory() as tmp:
             url = "sqlite+aiosqlite://" if args.memory else f"sqlite+aiosqlite:///{tmp}/g.db"
             results.append(asyncio.run(measure(url, args.turns, args.concurrency, args.pause)))

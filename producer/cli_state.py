@@ -27,7 +27,7 @@ from reactq.shared.errors import SessionNotFoundError
 from reactq.shared.events import Event
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
-from reactq.shared.state.sql import upgrade
+from reactq.shared.state.sql.store import upgrade
 
 
 def database_label(settings: Settings) -> str:

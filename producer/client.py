@@ -62,7 +62,7 @@ from reactq.shared.redis_client import connect
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.todo_store import TodoItem
 from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides, check_text
 from reactq.shared.turns import (

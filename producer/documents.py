@@ -1,5 +1,5 @@
 """``Producer.store``: the long-term store, JSON documents in namespaces that outlive
-sessions (``shared/state/documents.py`` says what a namespace, a key and a value may
+sessions (``shared/state/document_store.py`` says what a namespace, a key and a value may
 be). They live in the state database, beside the conversations::
 
     await producer.store.put(("users", "u-42"), "diet", {"text": "vegetarian"})
@@ -16,7 +16,7 @@ from typing import Any
 
 from reactq.shared.errors import InvalidDocumentError
 from reactq.shared.state import StateStore
-from reactq.shared.state.documents import (
+from reactq.shared.state.document_store import (
     Document,
     DocumentPage,
     NamespaceLike,

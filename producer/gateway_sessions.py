@@ -57,7 +57,7 @@ from reactq.shared.errors import (
 from reactq.shared.state import BranchInfo, SessionUsage
 from reactq.shared.state.base import SessionPage, SessionRecord
 from reactq.shared.state.listing import MAX_LIMIT, encode_cursor, key_of
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.todo_store import TodoItem
 from reactq.shared.turns import SESSION_ID_RE
 
 SessionId = Annotated[

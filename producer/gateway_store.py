@@ -29,7 +29,7 @@ from reactq.producer.gateway_scopes import Touches, touches
 from reactq.producer.gateway_sessions import MetadataPair
 from reactq.producer.gateway_sessions import _metadata_filter as pairs_filter
 from reactq.shared.errors import InvalidCursorError, InvalidDocumentError
-from reactq.shared.state.documents import MAX_SEARCH_LIMIT, Document, DocumentPage
+from reactq.shared.state.document_store import MAX_SEARCH_LIMIT, Document, DocumentPage
 
 NAMESPACE_PATTERN = r"^[A-Za-z0-9_:@+-]{1,128}(\.[A-Za-z0-9_:@+-]{1,128}){0,7}$"
 KEY_PATTERN = r"^[A-Za-z0-9._:@+-]{1,256}$"

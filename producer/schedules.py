@@ -23,7 +23,7 @@ from reactq.shared.errors import (
     UnknownAgentError,
 )
 from reactq.shared.schedules import Schedule, check_timing, new_schedule_id
-from reactq.shared.state.schedules import ScheduleStore, schedules_for
+from reactq.shared.state.schedule_store import ScheduleStore, schedules_for
 from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turn_inputs import check_metadata
 from reactq.shared.turns import check_message, validate_session_id

@@ -26,7 +26,7 @@ from reactq.shared.audit import in_stream_order
 from reactq.shared.errors import SessionBusyError, SessionNotFoundError
 from reactq.shared.events import Event
 from reactq.shared.redis_client import lua_source, text
-from reactq.shared.state.schedules import schedules_for
+from reactq.shared.state.schedule_store import schedules_for
 from reactq.shared.turns import TurnStatus, validate_session_id
 from reactq.shared.workspace_names import workspace_dir_name
 

@@ -42,7 +42,7 @@ from reactq.shared.messages import ChatMessage
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.todo_store import TodoItem
 from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 

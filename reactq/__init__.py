@@ -139,7 +139,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for 
     from reactq.shared.messages import ChatMessage, ToolCall
     from reactq.shared.schedules import Schedule
     from reactq.shared.settings import Settings
-    from reactq.shared.state.todos import TodoItem
+    from reactq.shared.state.todo_store import TodoItem
     from reactq.shared.tenancy import TenantIdentity
     from reactq.shared.turns import MultitaskStrategy, TurnStatus
     from reactq.worker.agent import (
@@ -403,7 +403,7 @@ _EXPORTS = LazyExports(
         "reactq.shared.messages": "ChatMessage ToolCall",
         "reactq.shared.schedules": "Schedule",
         "reactq.shared.settings": "Settings",
-        "reactq.shared.state.todos": "TodoItem",
+        "reactq.shared.state.todo_store": "TodoItem",
         "reactq.shared.tenancy": "TenantIdentity",
         "reactq.shared.turns": "MultitaskStrategy TurnStatus",
         "reactq.worker.agent": """

@@ -33,7 +33,7 @@ from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state.base import StateStore
-from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.shared.turns import new_turn_id
 from reactq.worker.agent.llm.base import LLMClient, LLMResponse
 from reactq.worker.agent.llm.demo import demo_model

@@ -2,13 +2,14 @@
 
 Redis holds the live tail of a session's events (capped, with a TTL); the audit
 sink is the long-term record (docs/architecture.md, "Events"). ``AuditedBus``
-wraps an EventBus so that every published event is also recorded; ``SqlAuditSink`` writes the
-``audit_events`` table in the state database (so a SQL state store brings its
-audit log with it), ``MemoryAuditSink`` keeps them in a list for tests and the
-embedded mode. Read a run back with ``turn_events(turn_id)``: in stream order,
-whichever process recorded which event (the producer records what it publishes,
-the workers the rest), each event once. Rows the database cannot take while it is
-away wait in Redis (``shared/audit_spill.py``) instead of being dropped.
+wraps an EventBus so that every published event is also recorded; ``SqlAuditSink``
+(``shared/state/sql/audit.py``) writes the ``audit_events`` table in the state
+database (so a SQL state store brings its audit log with it), ``MemoryAuditSink``
+keeps them in a list for tests and the embedded mode. Read a run back with
+``turn_events(turn_id)``: in stream order, whichever process recorded which event
+(the producer records what it publishes, the workers the rest), each event once.
+Rows the database cannot take while it is away wait in Redis
+(``shared/audit_spill.py``) instead of being dropped.
 """
 
 from __future__ import annotations
@@ -21,18 +22,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic_core import PydanticSerializationError
-from sqlalchemy import select
-from sqlalchemy.engine import Connection
 
 from reactq.shared.bus import EventBus, Guard, parse_stream_id, publish_all
 from reactq.shared.errors import ConfigError, InvalidStreamIdError
 from reactq.shared.events import BaseEvent, Event, parse_event
-from reactq.shared.state import open_store
+from reactq.shared.state.backends import AuditOptions, find_backend, find_backend_of
 from reactq.shared.state.base import StateStore
 from reactq.shared.state.outage import is_outage
-from reactq.shared.state.sql import SqlStateStore
-from reactq.shared.state.sql_bulk import insert_many
-from reactq.shared.state.sql_schema import audit_events
 
 if TYPE_CHECKING:
     from reactq.shared.audit_spill import AuditSpill
@@ -44,7 +40,6 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # sinks
     "DeferredAuditSink",
     "MemoryAuditSink",
-    "SqlAuditSink",
     "audit_sink_for",
     "open_audit_sink",
     "audit_row",
@@ -174,167 +169,6 @@ class MemoryAuditSink:
         """Nothing to release."""
 
 
-class SqlAuditSink:
-    """The audit log in the state database's ``audit_events`` table.
-
-    ``SqlAuditSink(store)`` shares a SqlStateStore's engine (the store stays the
-    owner); ``owns_store=True`` closes the store with the sink.
-
-    Rows are written in batches: ``record`` queues the row and one background
-    flush writes everything queued in one transaction, so a busy worker does not
-    pay a database transaction per event. ``batch=False`` writes each row before
-    ``record`` returns (what ``AuditedBus(strict=True)`` callers want).
-
-    ``linger`` (seconds): a flush waits that long for more rows, unless a turn's
-    ``final`` comes first, which is written at once with everything queued before
-    it. A worker lingers: a turn's events then cost one write with its final
-    instead of one each step, and a turn's audit is whole once its final is.
-
-    ``spill``: where rows wait while the database is away (``shared/audit_spill.py``)
-    instead of being dropped; once some wait, later rows go behind them until the
-    list is written back (by a worker's duty), so each writer's rows keep their order.
-    """
-
-    def __init__(
-        self,
-        store: SqlStateStore,
-        *,
-        owns_store: bool = False,
-        batch: bool = True,
-        linger: float = 0.0,
-        spill: AuditSpill | None = None,
-    ) -> None:
-        self.store = store
-        self.owns_store = owns_store
-        self.batch = batch
-        self.linger = linger
-        self.spill = spill
-        self._spilled = False  # rows of ours may wait in the spill: go behind them
-        self._queued: list[dict[str, Any]] = []
-        self._flusher: asyncio.Future[None] | None = None
-        self._urgent = False  # a final (or a flush) is queued: write without lingering
-        self._lingering: asyncio.Future[None] | None = None
-
-    async def record(self, event: BaseEvent) -> None:
-        """Queue the event as one row (or write it at once, without batching)."""
-        row = audit_row(event)
-        if not self.batch:
-            await self._write_rows([row])
-            return
-        self._queued.append(row)
-        if row["type"] == "final":
-            self._hurry()
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush_queued())
-
-    def _hurry(self) -> None:
-        self._urgent = True
-        if self._lingering is not None and not self._lingering.done():
-            self._lingering.set_result(None)
-
-    async def flush(self) -> None:
-        """Write every queued row now."""
-        self._hurry()
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
-        if self._queued:
-            await self._flush_queued()
-
-    async def _flush_queued(self) -> None:
-        while self._queued:
-            if self.linger and not self._urgent:
-                await self._linger()
-            self._urgent = False
-            rows, self._queued = self._queued, []
-            try:
-                await self._write_rows(rows)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("audit: could not record %d events", len(rows))
-
-    async def _linger(self) -> None:
-        """Wait ``linger`` seconds, or until ``_hurry``."""
-        loop = asyncio.get_running_loop()
-        waiting = self._lingering = loop.create_future()
-        timer = loop.call_later(self.linger, _settle, waiting)
-        try:
-            await waiting
-        finally:
-            timer.cancel()
-            self._lingering = None
-
-    async def _write_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Insert ``rows``, or, while the database is away (or rows of ours still wait),
-        put them in the spill."""
-        if self.spill is None:
-            await self._insert(rows)
-            return
-        if self._spilled:
-            self._spilled = await self.spill.waiting() > 0
-        if not self._spilled:
-            try:
-                await self._insert(rows)
-                return
-            except Exception as exc:
-                if not is_outage(exc):
-                    raise
-                log.warning(
-                    "audit: the database does not answer (%s); %d rows wait in Redis",
-                    type(exc).__name__,
-                    len(rows),
-                )
-        await self.spill.hold(rows)
-        self._spilled = True
-
-    async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        def op(conn: Connection) -> None:
-            insert_many(conn, audit_events, rows)
-
-        # The store's transaction helpers: the whole transaction in one hop to the
-        # writer thread on SQLite (busy retries included); on PostgreSQL the one
-        # executemany without BEGIN / COMMIT (one round trip instead of three):
-        # asyncpg pipelines the rows and ends them with one Sync, so the server runs
-        # them as one implicit transaction, all or none. Should it run twice (the
-        # retry on a dead connection), readers keep each event id once. Not ridden
-        # out (``ride=False``): the rows have the spill to wait in, the flush goes on.
-        await self.store._write_each(op, ride=False)
-
-    async def turn_events(self, turn_id: str) -> list[Event]:
-        """Every recorded event of a turn, all attempts, in stream order, each once."""
-        await self.flush()
-        query = (
-            select(audit_events.c.payload)
-            .where(audit_events.c.turn_id == turn_id)
-            .order_by(audit_events.c.id)
-        )
-
-        def op(conn: Connection) -> list[str]:
-            return list(conn.execute(query).scalars().all())
-
-        return in_stream_order(parse_event(payload) for payload in await self.store._read(op))
-
-    async def session_events(
-        self, session_id: str, types: Collection[str] | None = None
-    ) -> list[Event]:
-        """The recorded events of a session (of ``types``), in stream order, each once."""
-        await self.flush()
-        query = select(audit_events.c.payload).where(audit_events.c.session_id == session_id)
-        if types is not None:
-            query = query.where(audit_events.c.type.in_(list(types)))
-
-        def op(conn: Connection) -> list[str]:
-            return list(conn.execute(query.order_by(audit_events.c.id)).scalars().all())
-
-        return in_stream_order(parse_event(payload) for payload in await self.store._read(op))
-
-    async def close(self) -> None:
-        """Write what is queued; close the store if the sink owns it."""
-        await self.flush()
-        if self.owns_store:
-            await self.store.close()
-
-
 class DeferredAuditSink:
     """An AuditSink opened on first use by ``opener`` (which returns None when there is
     no audit log to write: nothing is recorded then).
@@ -389,11 +223,13 @@ def audit_sink_for(
     spill: AuditSpill | None = None,
 ) -> AuditSink | None:
     """A sink writing to ``store``'s database (sharing its engine), or None when the
-    store is not SQL (the audit log needs a database that can hold it). ``batch``,
-    ``linger`` and ``spill`` as for SqlAuditSink."""
-    if isinstance(store, SqlStateStore):
-        return SqlAuditSink(store, batch=batch, linger=linger, spill=spill)
-    return None
+    store's backend keeps no audit log (only SQL does: the audit log needs a database
+    that can hold it; ``shared/state/backends.py``). ``batch``, ``linger`` and
+    ``spill`` as for SqlAuditSink (``shared/state/sql/audit.py``)."""
+    backend = find_backend_of(store)
+    if backend is None or backend.audit_sink is None:
+        return None
+    return backend.audit_sink(store, AuditOptions(batch=batch, linger=linger, spill=spill))
 
 
 def audit_row(event: BaseEvent) -> dict[str, Any]:
@@ -411,21 +247,13 @@ def audit_row(event: BaseEvent) -> dict[str, Any]:
     }
 
 
-def _settle(waiting: asyncio.Future[None]) -> None:
-    if not waiting.done():
-        waiting.set_result(None)
-
-
 async def open_audit_sink(url: str, **kwargs: Any) -> AuditSink:
     """A sink for a database URL (``sqlite+aiosqlite://``, ``postgresql+asyncpg://``;
     its schema migrated as the state store's is) or ``memory://``."""
-    if url.startswith("memory:"):
-        return MemoryAuditSink()
+    backend = find_backend(url)
+    if backend is not None and backend.open_audit_sink is not None:
+        return await backend.open_audit_sink(url, kwargs)
     scheme = url.partition("://")[0]
-    if scheme.startswith(("sqlite", "postgres")):
-        store = await open_store(url, **kwargs)
-        if isinstance(store, SqlStateStore):
-            return SqlAuditSink(store, owns_store=True)
     raise ConfigError(
         f"no audit log for a {scheme!r} URL: the audit log lives in a SQL database "
         "(sqlite+aiosqlite:// or postgresql+asyncpg://)"

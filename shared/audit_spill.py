@@ -29,9 +29,9 @@ from sqlalchemy.engine import Connection
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import lua_source
 from reactq.shared.state.outage import is_outage
-from reactq.shared.state.sql import SqlStateStore
-from reactq.shared.state.sql_bulk import insert_many
-from reactq.shared.state.sql_schema import audit_events
+from reactq.shared.state.sql.bulk import insert_many
+from reactq.shared.state.sql.schema import audit_events
+from reactq.shared.state.sql.store import SqlStateStore
 
 __all__ = ["AuditSpill", "write_back_forever"]
 

@@ -32,6 +32,7 @@ from reactq.shared.errors import ServiceUnavailableError
 from reactq.shared.logs import RedactingFilter
 from reactq.shared.redis_urls import is_cluster_url, node_url
 from reactq.shared.settings import Settings
+from reactq.shared.state.backends import BACKENDS
 
 __all__ = [
     "Service",
@@ -49,10 +50,6 @@ PROBE_TIMEOUT_SECONDS = 3  # an int: kombu's connect_timeout is typed by its def
 _PG_AUTH = ("28",)
 _PG_MISSING = ("3D",)
 _PG_DOWN = ("08", "53", "57P0")
-
-# Where a bare OSError must come from to be the state database's (asyncpg raises the
-# socket's own errors; SQLite's folder is made with Path.mkdir).
-_DB_FRAMES = ("/sqlalchemy/", "/asyncpg/", "/aiosqlite/", "/shared/state/")
 
 
 @dataclass(frozen=True)
@@ -115,10 +112,10 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
-def _from_database_code(tb: TracebackType | None) -> bool:
+def _from_code(tb: TracebackType | None, frames: tuple[str, ...]) -> bool:
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-        if any(part in name for part in _DB_FRAMES):
+        if any(part in name for part in frames):
             return True
         tb = tb.tb_next
     return False
@@ -162,8 +159,12 @@ def _kind(link: BaseException) -> tuple[str, str] | None:
         if raw_state.startswith(_PG_DOWN):
             return "database", "down"
         return None
-    if isinstance(link, OSError) and _from_database_code(link.__traceback__):
-        return "database", "down"
+    if isinstance(link, OSError):
+        # A bare socket or file error is a state backend's service down when it comes
+        # from the code reaching that service (shared/state/backends.py names it).
+        for backend in BACKENDS:
+            if backend.kind and _from_code(link.__traceback__, backend.error_frames):
+                return backend.kind, "down"
     return None
 
 

@@ -12,7 +12,7 @@ with the same methods.
 A tenant's namespaces in the long-term store are those whose dotted name starts with
 its prefix (``acme-users.alice`` for ``prefix=acme-``), as its sessions are those whose
 id does; the store tools put every namespace they open under the prefix
-(``shared/state/documents.py``, ``TenantDocuments``).
+(``shared/state/document_store.py``, ``TenantDocuments``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from reactq.shared.audit import (
     AuditedBus,
     AuditSink,
     MemoryAuditSink,
-    SqlAuditSink,
     audit_sink_for,
     open_audit_sink,
 )
@@ -23,6 +22,7 @@ from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.errors import ConfigError
 from reactq.shared.events import BaseEvent, DeltaEvent, FinalEvent, StartedEvent
 from reactq.shared.state import MemoryStateStore, open_store
+from reactq.shared.state.sql.audit import SqlAuditSink
 from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import backend_url, sid
 

@@ -11,8 +11,8 @@ from sqlalchemy import update
 from reactq.shared.errors import StaleLeaseError, TurnCommittedError
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state import StateStore, TurnCheckpoint
-from reactq.shared.state.sql import SqlStateStore
-from reactq.shared.state.sql_schema import sessions
+from reactq.shared.state.sql.schema import sessions
+from reactq.shared.state.sql.store import SqlStateStore
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
     contents,
     record,
@@ -139,7 +139,7 @@ async def test_a_checkpoint_waits_for_a_newer_holders_claim(store: StateStore) -
 # --- the runner: a checkpoint per step, resumed by the next attempt ------------------
 
 from reactq.shared.bus import TurnEmitter  # noqa: E402
-from reactq.shared.state.memory import MemoryStateStore  # noqa: E402
+from reactq.shared.state.memory.store import MemoryStateStore  # noqa: E402
 from reactq.worker import Agent, AgentRunner, LLMResponse, ScriptedLLM, ToolContext, tool  # noqa: E402
 from tests.test_kernel_runner import ListBus  # noqa: E402
 

@@ -21,9 +21,10 @@ from sqlalchemy.util import await_only
 
 from reactq.shared.errors import TurnCommittedError
 from reactq.shared.events import FinalEvent
-from reactq.shared.state import StateStore, TurnRecord, open_store, sql_ops
-from reactq.shared.state.redis import RedisStateStore
-from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state import StateStore, TurnRecord, open_store
+from reactq.shared.state.redis.store import RedisStateStore
+from reactq.shared.state.sql import ops as sql_ops
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus, new_turn_id
 from tests.drain_support import AGENT, drain_rig, turn_messages
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import

@@ -30,7 +30,7 @@ NOT_IMPORTABLE = {
 OUTSIDE_THE_TREE = {
     "reactq.worker.agent.cancel.RunCancelled": "internal control flow of a run: raised while "
     "the run waits and caught by the run itself, which ends with status cancelled",
-    "reactq.shared.state.sql_engines._Cancelled": "internal control flow of a SQLite "
+    "reactq.shared.state.sql.sqlite_lanes._Cancelled": "internal control flow of a SQLite "
     "transaction: raised inside it to roll it back when its caller was cancelled; the "
     "caller sees CancelledError",
     "reactq.worker.agent.suspend.Suspended": "internal control flow between the run and "

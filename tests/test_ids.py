@@ -7,7 +7,7 @@ import pytest
 
 from reactq import Agent, tool
 from reactq.shared.errors import BranchError, InvalidSessionIdError
-from reactq.shared.state.base import check_branch_id
+from reactq.shared.state.common import check_branch_id
 from reactq.shared.turns import SESSION_ID_RE, validate_session_id
 from reactq.worker.agent.llm.base import RequestOptions
 

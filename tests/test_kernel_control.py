@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent import AgentLoop, AgentRunner, LoopConfig, Registry, ScriptedLLM, tool
 from reactq.worker.agent.cancel import CancelEvent

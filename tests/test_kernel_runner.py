@@ -13,7 +13,7 @@ from reactq.shared.events import BaseEvent
 from reactq.shared.messages import ChatMessage, ToolCall
 from reactq.shared.state import TRUNK, StateStore
 from reactq.shared.state.base import TurnRecord, TurnStart
-from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker import Agent, AgentRunner, LLMResponse, OpenAICompatibleClient, ScriptedLLM, tool
 from reactq.worker.agent.llm.scripted_server import ScriptedServer, demo_model

@@ -18,8 +18,8 @@ from sqlalchemy.engine import Connection
 from reactq.shared.errors import SchemaVersionError
 from reactq.shared.state import TRUNK
 from reactq.shared.state.migrate import MIGRATIONS, VERSION_TABLE, head_revision
-from reactq.shared.state.sql import SqlStateStore, upgrade
-from reactq.shared.state.sql_schema import SCHEMA_REVISION, metadata
+from reactq.shared.state.sql.schema import SCHEMA_REVISION, metadata
+from reactq.shared.state.sql.store import SqlStateStore, upgrade
 
 PREVIOUS = "0001"
 

@@ -22,7 +22,7 @@ from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import LLMServerError
 from reactq.shared.events import BaseEvent, FinalEvent
 from reactq.shared.state import open_store
-from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker import Agent, AgentRunner, ScriptedLLM
 from reactq.worker.agent.config import DEFAULT_ERROR_FALLBACK_MESSAGE

@@ -31,7 +31,7 @@ from reactq.shared.errors import (
 from reactq.shared.schedules import Schedule, latest_tick, new_schedule_id, next_tick
 from reactq.shared.settings import Settings
 from reactq.shared.state import open_store
-from reactq.shared.state.schedules import schedules_for
+from reactq.shared.state.schedule_store import schedules_for
 from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import TurnRequest
 from tests.helpers import clean_env, run_cli

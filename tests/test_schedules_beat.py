@@ -26,7 +26,7 @@ from reactq import Producer
 from reactq.shared.events import FinalEvent, QueuedEvent
 from reactq.shared.schedules import latest_tick
 from reactq.shared.settings import Settings
-from reactq.shared.state.schedules import schedules_for
+from reactq.shared.state.schedule_store import schedules_for
 from reactq.shared.turns import TurnStatus
 from tests.helpers import ROOT, lookup_then_answer, running_pool, wait_until
 

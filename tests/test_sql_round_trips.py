@@ -21,7 +21,6 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from reactq.shared.audit import SqlAuditSink
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.errors import (
     BranchNotFoundError,
@@ -32,10 +31,11 @@ from reactq.shared.errors import (
 from reactq.shared.events import DeltaEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.state import TRUNK
-from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import TurnCheckpoint
-from reactq.shared.state.memory import MemoryStateStore
-from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
+from reactq.shared.state.sql import ops
+from reactq.shared.state.sql.audit import SqlAuditSink
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.worker import Agent, AgentRunner, ScriptedLLM
 from tests.state_fixtures import contents, record, sid, user
 

@@ -1,5 +1,5 @@
 """Group commit on SQLite: the writes queued together share one BEGIN ... COMMIT, and
-each caller still sees its own write as if it ran alone (shared/state/sql_engines.py).
+each caller still sees its own write as if it ran alone (shared/state/sql/sqlite_lanes.py).
 
 The writes of a test queue up behind one the writer thread is running (held until the
 test lets it go), so they form the next group, deterministically.
@@ -19,7 +19,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from reactq.shared.state.sql import SqlStateStore
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import contents, record, sid, user
 

@@ -34,10 +34,10 @@ from reactq.shared.state import (
     TurnStart,
     open_store,
 )
-from reactq.shared.state.redis import RedisStateStore
-from reactq.shared.state.sql import SqlStateStore
-from reactq.shared.state.sql_schema import messages as messages_table
-from reactq.shared.state.sql_schema import sessions as sessions_table
+from reactq.shared.state.redis.store import RedisStateStore
+from reactq.shared.state.sql.schema import messages as messages_table
+from reactq.shared.state.sql.schema import sessions as sessions_table
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import (  # noqa: F401 - the fixtures register by import
     contents,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reactq.producer.client import Producer
-from reactq.shared.audit import AuditedBus, SqlAuditSink
+from reactq.shared.audit import AuditedBus
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.bus_memory import MemoryEventBus
 from reactq.shared.errors import BranchNotFoundError, ConfigError
@@ -20,8 +20,9 @@ from reactq.shared.events import FinalEvent, StartedEvent
 from reactq.shared.messages import ChatMessage
 from reactq.shared.settings import Settings
 from reactq.shared.state import TRUNK, open_store
-from reactq.shared.state.sql import SqlStateStore
-from reactq.shared.state.sql_schema import SCHEMA_REVISION
+from reactq.shared.state.sql.audit import SqlAuditSink
+from reactq.shared.state.sql.schema import SCHEMA_REVISION
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus
 from tests.state_fixtures import record, sid, user
 

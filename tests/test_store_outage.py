@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from reactq.shared.audit import SqlAuditSink, audit_row
+from reactq.shared.audit import audit_row
 from reactq.shared.audit_spill import AuditSpill, _insert_new
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.bus_memory import MemoryEventBus
@@ -28,8 +28,9 @@ from reactq.shared.events import FinalEvent, QueuedEvent
 from reactq.shared.keys import Keys
 from reactq.shared.settings import Settings
 from reactq.shared.state.outage import is_outage
-from reactq.shared.state.sql import SqlStateStore
-from reactq.shared.state.sql_schema import audit_events
+from reactq.shared.state.sql.audit import SqlAuditSink
+from reactq.shared.state.sql.schema import audit_events
+from reactq.shared.state.sql.store import SqlStateStore
 from reactq.shared.turns import TurnStatus, new_turn_id
 from reactq.worker.agent.llm.scripted import ScriptedLLM
 from reactq.worker.agent.runner import AgentRunner

@@ -19,7 +19,7 @@ from reactq.producer.turn_lookup import turn_session
 from reactq.shared.errors import InvalidNamespaceError, ReadOnlyError
 from reactq.shared.settings import Settings
 from reactq.shared.state import MemoryStateStore, TurnRecord
-from reactq.shared.state.documents import TenantDocuments, tenant_namespace
+from reactq.shared.state.document_store import TenantDocuments, tenant_namespace
 from reactq.shared.tenancy import TenantIdentity
 from reactq.shared.turns import TurnRequest, TurnStatus
 

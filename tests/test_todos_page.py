@@ -16,7 +16,7 @@ import pytest
 from reactq.producer import Producer
 from reactq.producer.sync import SyncProducer
 from reactq.shared.settings import Settings
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.todo_store import TodoItem
 from reactq.worker.agent.llm.scripted_server import ScriptedServer
 from tests.gateway_support import start_gateway
 from tests.helpers import running_pool

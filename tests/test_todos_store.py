@@ -8,7 +8,7 @@ import pytest
 
 from reactq.shared.errors import StaleLeaseError
 from reactq.shared.state import StateStore
-from reactq.shared.state.todos import TodoItem, TodoStatus
+from reactq.shared.state.todo_store import TodoItem, TodoStatus
 from tests.state_fixtures import sid, store_fixture, url_fixture
 
 __all__ = ["store_fixture", "url_fixture"]

@@ -20,7 +20,7 @@ import pytest
 
 from reactq import Agent, Registry, Tool, ToolCategory, tool
 from reactq.bundles import file_tools, image_tools, memory_tools, todo_tools
-from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.worker.agent import AgentLoop, LoopConfig
 from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
 from tests.gateway_support import Gateway, start_gateway

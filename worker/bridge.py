@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from reactq.shared.audit import AuditedBus, AuditSink, audit_sink_for
-from reactq.shared.audit_spill import AuditSpill, write_back_forever
+from reactq.shared.audit_spill import AuditSpill
 from reactq.shared.bus import EventBus
 from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.catalogue import AgentTools
@@ -35,7 +35,8 @@ from reactq.shared.protocol.workers import AgentProfile, WorkerRegistry
 from reactq.shared.redis_client import connect, preload_scripts
 from reactq.shared.services import redact_url
 from reactq.shared.settings import Settings
-from reactq.shared.state import SqlStateStore, StateStore, open_store
+from reactq.shared.state import StateStore, open_store
+from reactq.shared.state.backends import find_backend_of
 from reactq.shared.webhooks import Send, Webhooks
 from reactq.worker.agent.llm import LLMClient
 from reactq.worker.agent.llm.endpoint import ClientCache
@@ -250,11 +251,12 @@ class Bridge:
             ),
             asyncio.ensure_future(self._heartbeat(registry, s.heartbeat_seconds / 3)),
         ]
-        if isinstance(self.store, SqlStateStore):
+        backend = find_backend_of(self.store)
+        if backend is not None and backend.audit_write_back is not None:
             # Any worker writes back what waits, the producer's rows included.
             self._duties.append(
                 asyncio.ensure_future(
-                    write_back_forever(spill, self.store, s.reaper_interval_seconds)
+                    backend.audit_write_back(spill, self.store, s.reaper_interval_seconds)
                 )
             )
         # Everything a newcomer needs to check the worker is the one they meant: what it

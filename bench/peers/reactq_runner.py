@@ -20,7 +20,7 @@ from bench.peers.common import (
 )
 from reactq.shared.bus import TurnEmitter
 from reactq.shared.messages import ChatMessage, ToolCall
-from reactq.shared.state.memory import MemoryStateStore
+from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.worker.agent import (
     AgentLoop,
     AgentRunner,

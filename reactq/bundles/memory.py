@@ -1,5 +1,5 @@
 """The memory tools: what an agent remembers of a user (or a team, a project) across
-sessions, in the long-term store (``Producer.store``; ``shared/state/documents.py``).
+sessions, in the long-term store (``Producer.store``; ``shared/state/document_store.py``).
 
 Each call works in one namespace, chosen from the turn it serves::
 
@@ -35,7 +35,7 @@ from pydantic import Field
 from reactq.shared.errors import ReactqError, ReadOnlyError, ToolError
 from reactq.shared.settings import Settings
 from reactq.shared.state import open_store
-from reactq.shared.state.documents import (
+from reactq.shared.state.document_store import (
     DocumentStore,
     Namespace,
     NamespaceLike,

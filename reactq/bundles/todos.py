@@ -28,7 +28,7 @@ from pydantic import Field, ValidationError
 
 from reactq.shared.errors import StaleLeaseError, ToolError
 from reactq.shared.events import TodosEvent
-from reactq.shared.state.todos import MAX_TODOS, TodoItem, TodoStatus, TodoStore
+from reactq.shared.state.todo_store import MAX_TODOS, TodoItem, TodoStatus, TodoStore
 from reactq.worker.agent.tools import Tool, ToolCategory, ToolContext
 
 __all__ = ["todo_section", "todo_tools"]

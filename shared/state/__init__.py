@@ -1,13 +1,19 @@
 """Conversation state every worker shares: the StateStore protocol and its backends.
 
-``open_store(url)`` picks a backend by URL scheme.
+``open_store(url)`` opens the backend ``shared/state/backends.py`` maps the URL's
+scheme to: a package each (``memory/``, ``sql/``, ``redis/``) holding its
+conversation store and the parts beside it (documents, todos, steps, schedules and,
+for SQL, the audit log). What every backend shares stays here: the protocols
+(``base``, ``document_store``, ``todo_store``, ``schedule_store``), ``common``,
+``listing``, ``text``, ``outage``, ``migrate`` and ``migrations/``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from reactq.shared.errors import ConfigError
+from reactq.shared.state.backends import OpenOptions, backend_for
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
@@ -22,9 +28,11 @@ from reactq.shared.state.base import (
     TurnRecord,
     TurnStart,
 )
-from reactq.shared.state.memory import MemoryStateStore
-from reactq.shared.state.redis import RedisStateStore
-from reactq.shared.state.sql import SqlStateStore
+
+if TYPE_CHECKING:
+    from reactq.shared.state.memory.store import MemoryStateStore
+    from reactq.shared.state.redis.store import RedisStateStore
+    from reactq.shared.state.sql.store import SqlStateStore
 
 __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     # the protocol and its data
@@ -47,13 +55,6 @@ __all__ = [  # noqa: RUF022 - grouped, not sorted (STYLE.md)
     "open_store",
 ]
 
-# Plain schemes a user is likely to write, mapped to the async drivers reactq uses.
-_ALIASES = {
-    "sqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-}
-
 
 async def open_store(
     url: str, *, namespace: str | None = None, outage_seconds: float = 0.0, **kwargs: Any
@@ -65,25 +66,26 @@ async def open_store(
     URL wins); the other backends ignore it. ``outage_seconds``: how long a SQL store's
     calls wait out a database that does not answer (a worker's
     ``REACTQ_STORE_OUTAGE_SECONDS``; 0: they fail at once). Other keyword arguments go
-    to the backend's constructor."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ConfigError(
-            f"state store URL {url!r} has no scheme (memory://, sqlite+aiosqlite://…)"
-        )
-    scheme = _ALIASES.get(scheme, scheme)
-    if scheme == "memory":
-        return MemoryStateStore(**kwargs)
-    if scheme in ("sqlite+aiosqlite", "postgresql+asyncpg"):
-        return await SqlStateStore.open(
-            f"{scheme}://{rest}", outage_seconds=outage_seconds, **kwargs
-        )
-    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
-        if namespace is not None:
-            kwargs.setdefault("namespace", namespace)
-        return await RedisStateStore.open(f"{scheme}://{rest}", **kwargs)
-    raise ConfigError(
-        f"unsupported state store URL scheme {scheme!r}: "
-        "use memory://, sqlite+aiosqlite://, postgresql+asyncpg://, redis:// "
-        "or redis+cluster://"
-    )
+    to the backend's constructor. Which backend serves which scheme:
+    ``shared/state/backends.py``."""
+    backend, url = backend_for(url)
+    options = OpenOptions(namespace=namespace, outage_seconds=outage_seconds, extra=kwargs)
+    return await backend.open(url, options)
+
+
+# The backends' stores load on first use: importing the protocol (or the backend map)
+# loads no driver.
+_LAZY = {
+    "MemoryStateStore": "reactq.shared.state.memory.store",
+    "RedisStateStore": "reactq.shared.state.redis.store",
+    "SqlStateStore": "reactq.shared.state.sql.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,6 +1,6 @@
 """The SQL schema's versions: Alembic migrations shipped in ``shared/state/migrations``.
 
-``await upgrade(url)`` (``reactq.shared.state.sql.upgrade``; ``reactq db upgrade``)
+``await upgrade(url)`` (``reactq.shared.state.sql.store.upgrade``; ``reactq db upgrade``)
 applies every migration the database lacks. ``SqlStateStore.init`` calls
 ``prepare_schema``: it refuses a schema newer than this code knows, upgrades an
 older one when allowed, and recognises a database made before migrations existed

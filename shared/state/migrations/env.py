@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from reactq.shared.state.migrate import VERSION_TABLE
-from reactq.shared.state.sql_schema import metadata
+from reactq.shared.state.sql.schema import metadata
 
 config = context.config
 

@@ -69,7 +69,7 @@ class ToolContext:
     what a Python producer passed), never what its ``metadata`` or ``context`` say.
     The memory tools keep to its namespaces; a tool of its own that opens the
     long-term store does so through ``TenantDocuments(store, ctx.tenant)``
-    (``shared/state/documents.py``)."""
+    (``shared/state/document_store.py``)."""
 
 
 PromptSection: TypeAlias = Callable[[ToolContext], Awaitable[str | None]]

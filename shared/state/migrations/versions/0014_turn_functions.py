@@ -6,7 +6,7 @@ with the snapshot taken before it waited for the lock, and would miss what the
 row's previous holder wrote. A PL/pgSQL function runs each of its statements
 with a fresh snapshot (READ COMMITTED), so it can lock, then read.
 
-``reactq_commit_turn`` returns ``(outcome, detail)``; ``sql_ops.COMMITTED`` and
+``reactq_commit_turn`` returns ``(outcome, detail)``; ``sql/turn_ops.py``'s ``COMMITTED`` and
 its peers name the outcomes. Every refusal comes before the first write, so a
 refused call writes nothing:
 
@@ -19,7 +19,7 @@ refused call writes nothing:
   messages after the branch's tip, and (``p_drop``) the turn's checkpoint's removal.
 
 ``reactq_begin_turn`` upserts the session (checking and moving the fence; a new
-row gets its trunk), then reads the turn's history (``sql_ops._turn_history``'s
+row gets its trunk), then reads the turn's history (``sql/ops.py``'s ``_turn_history``'s
 query, copied: a change to one needs the other). Its first row is the session's
 (no agent when the fence refused: then ``s_fence`` is the stored token), the
 others the history's messages, in order.
@@ -173,7 +173,7 @@ BEGIN
     END IF;
     r_branch := coalesce(p_bid, s_active_branch);
     -- A statement of its own, after the upsert: its snapshot holds the commit the
-    -- upsert waited for. The query is sql_ops._turn_history's.
+    -- upsert waited for. The query is sql/ops.py's _turn_history's.
     RETURN QUERY
     WITH RECURSIVE chain(session_id, branch_id, parent, lo, hi) AS (
         SELECT b.session_id, b.branch_id, b.parent_branch_id, coalesce(b.fork_sequence, 0),

@@ -297,19 +297,6 @@ class DocumentSearch:
         return await collect(documents, prefix=prefix, filter=filter, query=query, limit=limit)
 
 
-def load_document(namespace: Namespace, key: str, raw: Any) -> Document:
-    """A stored ``{"value", "created_at", "updated_at"}`` record (JSON text or a
-    mapping) as a Document."""
-    record = json.loads(raw) if isinstance(raw, str | bytes) else raw
-    return Document(
-        namespace=namespace,
-        key=key,
-        value=record["value"],
-        created_at=record["created_at"],
-        updated_at=record["updated_at"],
-    )
-
-
 # --- a tenant's view ---------------------------------------------------------------
 
 

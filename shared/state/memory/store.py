@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from reactq.shared.errors import BranchError, BranchNotFoundError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
@@ -22,64 +21,22 @@ from reactq.shared.state.base import (
     TurnCheckpoint,
     TurnRecord,
     TurnStart,
+)
+from reactq.shared.state.common import (
     check_branch_id,
     check_fork_point,
     check_record,
     committed_twice,
-    new_branch_id,
     stale,
-    view_ranges,
 )
-from reactq.shared.state.memory_documents import MemoryDocuments
-from reactq.shared.state.memory_todos import MemoryTodos
+from reactq.shared.state.memory.documents import MemoryDocuments
+from reactq.shared.state.memory.files import MemoryFiles
+from reactq.shared.state.memory.sessions import Branch, Session, extend, fresh, history
+from reactq.shared.state.memory.steps import MemorySteps
+from reactq.shared.state.memory.todos import MemoryTodos
 
 
-@dataclass(eq=False)
-class _Branch:
-    parent: str | None
-    fork: int
-    created_at: float
-    own: list[ChatMessage] = field(default_factory=list)
-    """Its own messages, sequences fork+1 .. fork+len(own)."""
-
-    @property
-    def length(self) -> int:
-        return self.fork + len(self.own)
-
-
-@dataclass(eq=False)
-class _Session:
-    agent: str
-    created_at: float
-    active_branch: str = TRUNK
-    fence: int = 0
-    branches: dict[str, _Branch] = field(default_factory=dict)
-    turn_ids: set[str] = field(default_factory=set)
-    touched: float = 0.0
-    updated_at: float = 0.0
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def info(self, session_id: str) -> SessionInfo:
-        return SessionInfo(
-            session_id=session_id,
-            agent=self.agent,
-            active_branch=self.active_branch,
-            fence=self.fence,
-            created_at=self.created_at,
-        )
-
-    def record(self, session_id: str) -> SessionRecord:
-        return SessionRecord(
-            **dict(self.info(session_id)),
-            updated_at=self.updated_at,
-            metadata=dict(self.metadata),
-        )
-
-    def wrote(self) -> None:
-        self.updated_at = time.time()
-
-
-class MemoryStateStore(MemoryDocuments, MemoryTodos):
+class MemoryStateStore(MemoryDocuments, MemoryTodos, MemorySteps, MemoryFiles):
     """The StateStore contract in process-local dicts, for one event loop.
 
     No method awaits anything, so each runs to completion on its loop: that is
@@ -91,6 +48,9 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
     either bound.
     """
 
+    backend: ClassVar[str] = "memory"
+    """Its entry in ``shared/state/backends.py``."""
+
     def __init__(
         self, *, ttl_seconds: float | None = 3600.0, max_sessions: int | None = 1000
     ) -> None:
@@ -100,7 +60,7 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
             raise ValueError(f"max_sessions must be at least 1 or None, got {max_sessions}")
         self.ttl_seconds = ttl_seconds
         self.max_sessions = max_sessions
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._turns: dict[str, TurnRecord] = {}
         self._checkpoints: dict[tuple[str, str], TurnCheckpoint] = {}
         # Kept apart from the sessions (never evicted with them): undo needs them later.
@@ -108,7 +68,7 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         self._swept = float("-inf")
 
     # Sessions are kept in order of last use, so the ones to drop are at the front.
-    def _touch(self, session_id: str) -> _Session | None:
+    def _touch(self, session_id: str) -> Session | None:
         self._evict()
         session = self._sessions.get(session_id)
         if session is None:
@@ -122,7 +82,7 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         self._sessions.move_to_end(session_id)
         return session
 
-    def _drop(self, session_id: str, session: _Session) -> None:
+    def _drop(self, session_id: str, session: Session) -> None:
         del self._sessions[session_id]
         for turn_id in session.turn_ids:
             self._turns.pop(turn_id, None)
@@ -144,14 +104,14 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
                 return
             self._drop(session_id, oldest)
 
-    def _require(self, session_id: str) -> _Session:
+    def _require(self, session_id: str) -> Session:
         session = self._touch(session_id)
         if session is None:
             raise SessionNotFoundError(f"no session {session_id!r} in the store")
         return session
 
     @staticmethod
-    def _branch(session: _Session, session_id: str, branch_id: str | None) -> _Branch:
+    def _branch(session: Session, session_id: str, branch_id: str | None) -> Branch:
         branch_id = branch_id or session.active_branch
         branch = session.branches.get(branch_id)
         if branch is None:
@@ -166,14 +126,12 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
         return self._ensure(session_id, agent).record(session_id)
 
-    def _ensure(self, session_id: str, agent: str) -> _Session:
+    def _ensure(self, session_id: str, agent: str) -> Session:
         session = self._touch(session_id)
         if session is None:
             now = time.time()
-            session = _Session(
-                agent=agent, created_at=now, touched=time.monotonic(), updated_at=now
-            )
-            session.branches[TRUNK] = _Branch(parent=None, fork=0, created_at=now)
+            session = Session(agent=agent, created_at=now, touched=time.monotonic(), updated_at=now)
+            session.branches[TRUNK] = Branch(parent=None, fork=0, created_at=now)
             self._sessions[session_id] = session
             self._evict(force=True)
         return session
@@ -251,14 +209,14 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         session = self._touch(session_id)
         if session is None:
             return []
-        return _history(session, branch_id or session.active_branch)
+        return history(session, branch_id or session.active_branch)
 
     async def append(
         self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
     ) -> None:
         """Append messages to a branch (the active one by default), unfenced."""
         session = self._require(session_id)
-        _extend(self._branch(session, session_id, branch_id), messages, None)
+        extend(self._branch(session, session_id, branch_id), messages, None)
         session.wrote()
 
     async def fork(
@@ -276,14 +234,14 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         source_id = branch_id or session.active_branch
         source = self._branch(session, session_id, source_id)
         check_fork_point(session_id, source_id, from_sequence, source.length)
-        new_id = new_id or _fresh(session.branches)
+        new_id = new_id or fresh(session.branches)
         if new_id in session.branches:
             raise BranchError(
                 f"session {session_id!r} already has a branch {new_id!r}",
                 session_id=session_id,
                 branch_id=new_id,
             )
-        session.branches[new_id] = _Branch(
+        session.branches[new_id] = Branch(
             parent=source_id, fork=from_sequence, created_at=time.time()
         )
         if activate:
@@ -365,7 +323,7 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         return TurnStart(
             info=session.info(session_id),
             branch_id=branch,
-            messages=_history(session, branch, from_summary=True) if mine else [],
+            messages=history(session, branch, from_summary=True) if mine else [],
         )
 
     async def commit_turn(
@@ -391,7 +349,7 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         branch = self._branch(session, session_id, branch_id)
         if fence is not None:
             session.fence = fence
-        _extend(branch, messages, record.turn_id)
+        extend(branch, messages, record.turn_id)
         if not record.created_at:
             record = record.model_copy(update={"created_at": time.time()})
         self._turns[record.turn_id] = record
@@ -409,101 +367,5 @@ class MemoryStateStore(MemoryDocuments, MemoryTodos):
         """The session's totals over its committed turns; see StateStore."""
         return SessionUsage.of(session_id, await self.list_turns(session_id))
 
-    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
-        """Append file actions; see StateStore.record_file_actions."""
-        now = time.time()
-        for action in actions:
-            stamped = action if action.created_at else action.model_copy(update={"created_at": now})
-            self._file_actions.setdefault(action.turn_id, []).append(stamped)
-
-    async def file_actions(self, turn_id: str) -> list[FileAction]:
-        """A turn's file actions, oldest first."""
-        return list(self._file_actions.get(turn_id, []))
-
-    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
-        """Mark a turn's file actions undone, once; see StateStore."""
-        actions = self._file_actions.get(turn_id)
-        if not actions or actions[0].undone_at is not None:
-            return False
-        self._file_actions[turn_id] = [
-            a.model_copy(update={"undone_at": undone_at}) for a in actions
-        ]
-        return True
-
-    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
-        """Store a running turn's completed steps; see StateStore.checkpoint_step."""
-        session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
-        session = self._require(session_id)
-        if fence is not None and session.fence > fence:
-            raise stale(session_id, session.fence, fence)
-        if turn_id in self._turns:
-            raise committed_twice(session_id, turn_id)
-        if fence is not None:
-            session.fence = fence
-        if not checkpoint.updated_at:
-            checkpoint = checkpoint.model_copy(update={"updated_at": time.time()})
-        self._checkpoints[(session_id, turn_id)] = checkpoint
-
-    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
-        """The turn's last checkpoint, or None."""
-        self._evict()
-        return self._checkpoints.get((session_id, turn_id))
-
-    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
-        """Forget the turn's checkpoint. Idempotent."""
-        self._checkpoints.pop((session_id, turn_id), None)
-
     async def close(self) -> None:
         """Nothing to release; the data stays readable."""
-
-
-def _history(session: _Session, branch_id: str, *, from_summary: bool = False) -> list[ChatMessage]:
-    """The branch's whole history, oldest first ([] for a branch the session lacks);
-    ``from_summary``: only what its latest summary does not stand for (a turn's read)."""
-    chain: list[tuple[str, int]] = []
-    current: str | None = branch_id
-    while current is not None and current in session.branches:
-        chain.append((current, session.branches[current].fork))
-        current = session.branches[current].parent
-    parts: list[tuple[_Branch, int]] = []
-    for bid, _after, upto in view_ranges(chain):
-        branch = session.branches[bid]
-        stop = len(branch.own) if upto is None else upto - branch.fork
-        parts.append((branch, max(stop, 0)))
-    floor = _summary_floor(parts) if from_summary else 0
-    out: list[ChatMessage] = []
-    for branch, stop in parts:
-        out.extend(branch.own[max(floor - branch.fork, 0) : stop])
-    return out
-
-
-def _summary_floor(parts: Sequence[tuple[_Branch, int]]) -> int:
-    """What the latest summary of the visible ``parts`` stands for (0: none). The walk
-    back from the tip stops at that summary, so it never visits more messages than the
-    read that follows it returns."""
-    for branch, stop in reversed(parts):
-        own = branch.own
-        for index in range(stop - 1, -1, -1):  # no slice: it would copy the whole list
-            summary_of = own[index].summary_of
-            if summary_of is not None:
-                # A summary_of past the summary itself would read not even the summary.
-                return min(summary_of, branch.fork + index)
-    return 0
-
-
-def _extend(branch: _Branch, messages: Sequence[ChatMessage], turn_id: str | None) -> None:
-    start = branch.length + 1
-    # Validating a dict is twice as fast as model_copy(update=...), and this runs
-    # for every message of every turn.
-    validate = ChatMessage.__pydantic_validator__.validate_python
-    branch.own.extend(
-        validate({**m.__dict__, "sequence": start + i, "turn_id": m.turn_id or turn_id})
-        for i, m in enumerate(messages)
-    )
-
-
-def _fresh(taken: dict[str, _Branch]) -> str:
-    while True:
-        candidate = new_branch_id()
-        if candidate not in taken:
-            return candidate

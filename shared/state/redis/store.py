@@ -17,66 +17,60 @@ The listing's index is not in a session's slot, so it is written beside the
 script that creates a session, not in it: a session created by a process that
 died between the two is not listed (nor is one created before 0.2.0).
 
-Each operation is a script ``state_<op>.lua`` beside this module (after the
-preludes it names), read once at import. A script gets the session's keys in that
+Each operation is a script ``state_<op>.lua`` in this package (after the preludes
+it names), read once at import by the module that runs it: this one, or its parts
+mixed into the store (``documents``, ``todos``, ``steps``; ``files`` and
+``schedules`` need none). A script gets the session's keys in that
 order (KEYS[1] the state hash, KEYS[2] the branches, KEYS[3] the messages, KEYS[4]
 the turn records); branch ``b``'s own message ``n`` is the field ``b|n`` of the
 messages hash. A script
 returns an error as ``{code, ...}`` for Python to raise, never as a Lua error,
 so that nothing is half-written.
 
-Records carry a schema version (``v``); a reader refuses a newer one. Text a UTF-8
+Records carry a schema version (``v``; ``records``); a reader refuses a newer one. Text a UTF-8
 codec refuses (lone surrogates, NUL) is stored escaped (``shared.state.text``, as
 the SQL store does) and read back as it was.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 
 from reactq.shared.errors import (
     BranchError,
-    BranchNotFoundError,
-    SchemaVersionError,
-    SessionNotFoundError,
 )
-from reactq.shared.messages import ChatMessage, ToolCall
+from reactq.shared.messages import ChatMessage
 from reactq.shared.redis_client import connect, lua_source
 from reactq.shared.redis_urls import is_cluster_url
 from reactq.shared.state import listing
 from reactq.shared.state.base import (
     BranchInfo,
-    FileAction,
     SessionInfo,
     SessionPage,
     SessionRecord,
     SessionUsage,
-    TurnCheckpoint,
     TurnRecord,
     TurnStart,
+)
+from reactq.shared.state.common import (
     check_branch_id,
     check_fork_point,
     check_record,
     committed_twice,
-    dump_steps,
-    load_steps,
     new_branch_id,
     stale,
 )
-from reactq.shared.state.redis_documents import RedisDocuments
-from reactq.shared.state.redis_todos import RedisTodos
-from reactq.shared.state.text import dec, dump_extra, dump_parts, enc, load_extra, load_parts
-from reactq.shared.turns import TurnStatus
-
-RECORD_VERSION = 1
-"""Schema version of every record this store writes."""
+from reactq.shared.state.redis import records
+from reactq.shared.state.redis.documents import RedisDocuments
+from reactq.shared.state.redis.files import RedisFiles
+from reactq.shared.state.redis.steps import CHECKPOINT, RedisSteps
+from reactq.shared.state.redis.todos import RedisTodos
 
 _ENSURE = lua_source(__name__, "state_ensure")
 _WRITE = lua_source(__name__, "state_branches", "state_write")
@@ -86,18 +80,20 @@ _FORK = lua_source(__name__, "state_branches", "state_fork")
 _SWITCH = lua_source(__name__, "state_switch")
 _TRUNCATE = lua_source(__name__, "state_branches", "state_truncate")
 _CLAIM = lua_source(__name__, "state_claim")
-_CHECKPOINT = lua_source(__name__, "state_checkpoint")
 _METADATA = lua_source(__name__, "state_metadata")
 _DELETE = lua_source(__name__, "state_delete")
 _LIST_BATCH = 200
 
 
-class RedisStateStore(RedisDocuments, RedisTodos):
+class RedisStateStore(RedisDocuments, RedisTodos, RedisSteps, RedisFiles):
     """The StateStore contract on Redis (redis-py asyncio); see the module docstring.
 
     ``await RedisStateStore.open("redis://host:6379/0?namespace=reactq")``, or pass
     a client you own (``redis=``; the store then does not close it).
     """
+
+    backend: ClassVar[str] = "redis"
+    """Its entry in ``shared/state/backends.py``."""
 
     def __init__(
         self, url: str | None = None, *, redis: Redis | None = None, namespace: str = "reactq"
@@ -125,7 +121,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         self._switch = redis.register_script(_SWITCH)
         self._truncate = redis.register_script(_TRUNCATE)
         self._claim = redis.register_script(_CLAIM)
-        self._checkpoint = redis.register_script(_CHECKPOINT)
+        self._checkpoint = redis.register_script(CHECKPOINT)
         self._metadata = redis.register_script(_METADATA)
         self._delete = redis.register_script(_DELETE)
 
@@ -159,30 +155,25 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         """List the session if the script that returned ``created`` created it."""
         created = created.decode() if isinstance(created, bytes) else str(created)
         if created == now:
-            await self.redis.zadd(self._index, {_member(float(created), session_id): 0}, nx=True)
+            await self.redis.zadd(
+                self._index, {records.member(float(created), session_id): 0}, nx=True
+            )
 
     def _turn_index(self, turn_id: str) -> str:
         return f"{self.namespace}:state:turn:{turn_id}"
-
-    def _file_turns(self, session_id: str) -> str:
-        # The turns of a session that have file actions, for delete_session.
-        return f"{self.namespace}:state:files-of:{{{session_id}}}"
-
-    def _file_keys(self, turn_id: str) -> tuple[str, str]:
-        # One hash tag: the list and its undone mark share a cluster slot.
-        base = f"{self.namespace}:state:files:{{{turn_id}}}"
-        return base, f"{base}:undone"
 
     # --- the protocol -------------------------------------------------------------
 
     async def ensure_session(self, session_id: str, agent: str) -> SessionInfo:
         """Create the session for ``agent`` if new; return it (its agent may differ)."""
         now = repr(time.time())
-        row = await self._ensure(keys=self._keys(session_id)[:2], args=[agent, now, RECORD_VERSION])
+        row = await self._ensure(
+            keys=self._keys(session_id)[:2], args=[agent, now, records.RECORD_VERSION]
+        )
         await self._indexed(session_id, row[4], now)
         # As get_session reports it (its metadata too); the script's row if it was
         # deleted meanwhile.
-        return await self.get_session(session_id) or _session(session_id, row)
+        return await self.get_session(session_id) or records.session_info(session_id, row)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         """The session, or None if the store has never seen it."""
@@ -201,12 +192,12 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             if row[0] is None:
                 out.append(None)
                 continue
-            info = _session(session_id, row[:5])
+            info = records.session_info(session_id, row[:5])
             out.append(
                 SessionRecord(
                     **dict(info),
                     updated_at=float(row[5] or info.created_at),
-                    metadata={_text(k): json.loads(v) for k, v in metadata.items()},
+                    metadata={records.text(k): json.loads(v) for k, v in metadata.items()},
                 )
             )
         return out
@@ -224,7 +215,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         index gives the order; the filters run here, on the sessions read in batches."""
         limit = listing.check_limit(limit)
         after = listing.decode_cursor(cursor)
-        start = "+" if after is None else "(" + _member(*after)
+        start = "+" if after is None else "(" + records.member(*after)
 
         async def newest_first() -> AsyncIterator[SessionRecord]:
             nonlocal start
@@ -232,7 +223,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
                 found: list[Any] = await self.redis.zrange(
                     self._index, start, "-", desc=True, bylex=True, offset=0, num=_LIST_BATCH
                 )
-                members = [_text(m) for m in found]
+                members = [records.text(m) for m in found]
                 ids = [m.partition("|")[2] for m in members]
                 for member, record in zip(members, await self._records(ids), strict=True):
                     if record is None:  # deleted since: drop it from the index
@@ -257,7 +248,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         setting = [(k, listing.dump_value(v)) for k, v in patch.items() if v is not None]
         removing = [k for k, v in patch.items() if v is None]
         keys = self._keys(session_id)
-        reply = _texts(
+        reply = records.texts(
             await self._metadata(
                 keys=[keys[0], keys[5]],
                 args=[
@@ -268,38 +259,38 @@ class RedisStateStore(RedisDocuments, RedisTodos):
                 ],
             )
         )
-        _raise_for(session_id, reply)
+        records.raise_for(session_id, reply)
         pairs = reply[1:]
         return {pairs[i]: json.loads(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session's keys, its turns' index entries and its listing entry."""
-        reply = [_text(x) for x in await self._delete(keys=self._keys(session_id))]
+        reply = [records.text(x) for x in await self._delete(keys=self._keys(session_id))]
         todos = bool(await self.redis.delete(self._todos_key(session_id)))
         created, turn_ids = reply[0], reply[1:]
         for turn_id in turn_ids:
             # One at a time: on a cluster each index key has its own slot.
             await self.redis.delete(self._turn_index(turn_id))
-        filed = [_text(t) for t in await self.redis.smembers(self._file_turns(session_id))]
+        filed = [records.text(t) for t in await self.redis.smembers(self._file_turns(session_id))]
         for turn_id in filed:  # the files' old contents go with their workspace
             await self.redis.delete(*self._file_keys(turn_id))
         await self.redis.delete(self._file_turns(session_id))
         if created:
-            await self.redis.zrem(self._index, _member(float(created), session_id))
+            await self.redis.zrem(self._index, records.member(float(created), session_id))
         return bool(created or turn_ids or todos or filed)
 
     async def list_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's committed turns, oldest first."""
         raw = await self.redis.hvals(self._keys(session_id)[3])
-        records = [_record(value) for value in raw]
-        return sorted(records, key=lambda r: (r.created_at, r.turn_id))
+        found = [records.turn_record(value) for value in raw]
+        return sorted(found, key=lambda r: (r.created_at, r.turn_id))
 
     async def get_messages(
         self, session_id: str, branch_id: str | None = None
     ) -> list[ChatMessage]:
         """Messages of a branch (the active one by default), oldest first."""
         raw = await self._read_script(keys=self._keys(session_id)[:3], args=[branch_id or ""])
-        return [_message(value, i + 1) for i, value in enumerate(raw)]
+        return [records.message_of(value, i + 1) for i, value in enumerate(raw)]
 
     async def append(
         self, session_id: str, messages: Sequence[ChatMessage], branch_id: str | None = None
@@ -319,7 +310,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
         """Start a branch keeping messages 1..``from_sequence``; see StateStore.fork."""
         new_id = check_branch_id(new_branch_id) if new_branch_id else _new_branch()
         check_fork_point(session_id, branch_id or "", from_sequence, max(from_sequence, 0))
-        reply = _texts(
+        reply = records.texts(
             await self._fork(
                 keys=self._keys(session_id)[:2],
                 args=[branch_id or "", from_sequence, new_id, repr(time.time()), int(activate)],
@@ -333,7 +324,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
                 session_id=session_id,
                 branch_id=new_id,
             )
-        _raise_for(session_id, reply)
+        records.raise_for(session_id, reply)
         return new_id
 
     async def list_branches(self, session_id: str) -> list[BranchInfo]:
@@ -364,7 +355,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
     async def switch_branch(self, session_id: str, branch_id: str) -> None:
         """Make ``branch_id`` the active branch (BranchNotFoundError if it has none)."""
         reply = await self._switch(keys=self._keys(session_id)[:2], args=[branch_id])
-        _raise_for(session_id, _texts(reply))
+        records.raise_for(session_id, records.texts(reply))
 
     async def truncate_after(
         self, session_id: str, sequence: int, branch_id: str | None = None
@@ -377,7 +368,7 @@ class RedisStateStore(RedisDocuments, RedisTodos):
 
         A session the store does not have yet is left alone (nothing to fence).
         """
-        reply = _texts(await self._claim(keys=self._keys(session_id)[:1], args=[fence]))
+        reply = records.texts(await self._claim(keys=self._keys(session_id)[:1], args=[fence]))
         if reply[0] == "stale":
             raise stale(session_id, int(reply[1]), fence)
 
@@ -392,20 +383,22 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             args=[
                 agent,
                 now,
-                RECORD_VERSION,
+                records.RECORD_VERSION,
                 "" if fence is None else fence,
                 branch_id or "",
             ],
         )
-        head = _texts(reply[:8])
+        head = records.texts(reply[:8])
         if head[0] == "stale" and fence is not None:
             raise stale(session_id, int(head[1]), fence)
         await self._indexed(session_id, head[5], now)
         floor = int(head[7])  # the read starts after what the latest summary stands for
         return TurnStart(
-            info=_session(session_id, head[1:6]),
+            info=records.session_info(session_id, head[1:6]),
             branch_id=head[6],
-            messages=[_message(value, floor + i + 1) for i, value in enumerate(reply[8:])],
+            messages=[
+                records.message_of(value, floor + i + 1) for i, value in enumerate(reply[8:])
+            ],
         )
 
     async def commit_turn(
@@ -458,20 +451,20 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             branch_id or "",
             "" if fence is None else fence,
             turn_id or "",
-            "" if record is None else _dump_record(record),
+            "" if record is None else records.dump_record(record),
             repr(now),
             int(committed_elsewhere),
             int(not drop_checkpoint),
-            _summary_marks(messages),
-            *(_dump_message(m, turn_id, now) for m in messages),
+            records.summary_marks(messages),
+            *(records.dump_message(m, turn_id, now) for m in messages),
         ]
         reply = await self._write_script(keys=self._keys(session_id), args=args)
-        texts = _texts(reply)
+        texts = records.texts(reply)
         if texts[0] == "stale" and fence is not None:
             raise stale(session_id, int(texts[1]), fence)
         if texts[0] == "committed" and turn_id is not None:
             raise committed_twice(session_id, turn_id)
-        _raise_for(session_id, texts)
+        records.raise_for(session_id, texts)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         """A committed turn's outcome, or None."""
@@ -480,91 +473,11 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             return None
         owner = session_id.decode() if isinstance(session_id, bytes) else str(session_id)
         raw = await self.redis.hget(self._keys(owner)[3], turn_id)
-        return None if raw is None else _record(raw)
+        return None if raw is None else records.turn_record(raw)
 
     async def session_usage(self, session_id: str) -> SessionUsage:
         """The session's totals over its committed turns; see StateStore."""
         return SessionUsage.of(session_id, await self.list_turns(session_id))
-
-    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
-        """Append file actions (one RPUSH per turn); see StateStore.record_file_actions."""
-        now = time.time()
-        by_turn: dict[str, list[str]] = {}
-        for action in actions:
-            data = action.model_dump(exclude={"undone_at"})
-            data["created_at"] = action.created_at or now
-            data["before"] = (
-                None if action.before is None else base64.b64encode(action.before).decode()
-            )
-            by_turn.setdefault(action.turn_id, []).append(json.dumps(data))
-        for turn_id, values in by_turn.items():
-            await self.redis.sadd(self._file_turns(actions[0].session_id), turn_id)
-            await self.redis.rpush(self._file_keys(turn_id)[0], *values)
-
-    async def file_actions(self, turn_id: str) -> list[FileAction]:
-        """A turn's file actions, oldest first."""
-        listed, undone = self._file_keys(turn_id)
-        raw = await self.redis.lrange(listed, 0, -1)
-        mark = await self.redis.get(undone) if raw else None
-        out = []
-        for value in raw:
-            data = json.loads(value)
-            if data["before"] is not None:
-                data["before"] = base64.b64decode(data["before"])
-            data["undone_at"] = None if mark is None else float(mark)
-            out.append(FileAction.model_validate(data))
-        return out
-
-    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
-        """Mark a turn's file actions undone, once (SET NX); see StateStore."""
-        listed, undone = self._file_keys(turn_id)
-        if not await self.redis.exists(listed):
-            return False
-        return bool(await self.redis.set(undone, repr(undone_at), nx=True))
-
-    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
-        """Store a running turn's completed steps; see StateStore.checkpoint_step."""
-        session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
-        data = {
-            "v": RECORD_VERSION,
-            "step": checkpoint.step,
-            "attempt": checkpoint.attempt,
-            "branch": checkpoint.branch_id,
-            "updated_at": checkpoint.updated_at or time.time(),
-            "messages": dump_steps(checkpoint.messages),
-        }
-        keys = self._keys(session_id)
-        reply = _texts(
-            await self._checkpoint(
-                keys=[keys[0], keys[3], keys[4]],
-                args=["" if fence is None else fence, turn_id, json.dumps(data)],
-            )
-        )
-        if reply[0] == "stale" and fence is not None:
-            raise stale(session_id, int(reply[1]), fence)
-        if reply[0] == "committed":
-            raise committed_twice(session_id, turn_id)
-        _raise_for(session_id, reply)
-
-    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
-        """The turn's last checkpoint, or None."""
-        raw = await self.redis.hget(self._keys(session_id)[4], turn_id)
-        if raw is None:
-            return None
-        data = _load(raw, "turn checkpoint")
-        return TurnCheckpoint(
-            session_id=session_id,
-            turn_id=turn_id,
-            step=data["step"],
-            messages=load_steps(data["messages"]),
-            branch_id=data["branch"],
-            attempt=data["attempt"],
-            updated_at=data["updated_at"],
-        )
-
-    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
-        """Forget the turn's checkpoint. Idempotent."""
-        await self.redis.hdel(self._keys(session_id)[4], turn_id)
 
     async def close(self) -> None:
         """Close the client (if the store made it)."""
@@ -572,147 +485,5 @@ class RedisStateStore(RedisDocuments, RedisTodos):
             await self.redis.aclose()
 
 
-# --- records ----------------------------------------------------------------------
-
-
 def _new_branch() -> str:
     return new_branch_id()
-
-
-def _texts(reply: Sequence[Any]) -> list[str]:
-    return [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
-
-
-def _raise_for(session_id: str, reply: list[str]) -> None:
-    if reply[0] == "no_session":
-        raise SessionNotFoundError(f"no session {session_id!r} in the store")
-    if reply[0] == "no_branch":
-        raise BranchNotFoundError(
-            f"session {session_id!r} has no branch {reply[1]!r}",
-            session_id=session_id,
-            branch_id=reply[1],
-        )
-
-
-def _dump(data: dict[str, Any]) -> str:
-    return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
-
-
-def _load(raw: bytes | str, what: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(raw)
-    version = data.get("v", RECORD_VERSION)
-    if version > RECORD_VERSION:
-        raise SchemaVersionError(
-            f"a stored {what} has schema version {version}; this reactq reads up to "
-            f"{RECORD_VERSION}: upgrade reactq",
-            version=version,
-        )
-    return data
-
-
-def _record(raw: bytes | str) -> TurnRecord:
-    data = _load(raw, "turn record")
-    return TurnRecord(
-        turn_id=data["turn_id"],
-        session_id=data["session_id"],
-        status=TurnStatus(data["status"]),
-        attempt=data["attempt"],
-        final_text=dec(data["final_text"]),
-        error=dec(data["error"]),
-        created_at=data["created_at"],
-        # Records written before these fields existed lack them.
-        metadata=data.get("metadata") or {},
-        config_version=data.get("config_version"),
-        usage=data.get("usage") or {},
-        cost=data.get("cost"),
-    )
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _member(created_at: float, session_id: str) -> str:
-    """A session's entry in the listing's index: its creation time, fixed width, so
-    the members' byte order is the listing's order (newest last)."""
-    return f"{created_at:017.6f}|{session_id}"
-
-
-def _dump_record(record: TurnRecord) -> str:
-    data = record.model_dump(mode="json")
-    data.update(final_text=enc(record.final_text), error=enc(record.error))
-    return _dump({"v": RECORD_VERSION, **data})
-
-
-def _dump_message(message: ChatMessage, turn_id: str | None, now: float) -> str:
-    return _dump(
-        {
-            "v": RECORD_VERSION,
-            "role": message.role,
-            "content": enc(message.content),
-            "name": enc(message.name),
-            "tool_calls": None
-            if message.tool_calls is None
-            else enc(json.dumps([c.model_dump() for c in message.tool_calls], ensure_ascii=False)),
-            "tool_call_id": enc(message.tool_call_id),
-            "turn_id": message.turn_id or turn_id,
-            "created_at": now,
-            "reasoning": enc(message.reasoning),
-            "extra": dump_extra(message.extra),
-            # Only on summaries: ordinary messages stay as they were stored before.
-            **({"summary_of": message.summary_of} if message.summary_of is not None else {}),
-            **({"parts": dump_parts(message.parts)} if message.parts else {}),
-        }
-    )
-
-
-_MARK_MAX = 10**10 - 1
-
-
-def _summary_marks(messages: Sequence[ChatMessage]) -> str:
-    """The summaries among ``messages`` as ``state_write.lua`` lists them: 20 digits
-    each, the message's index from 1 and its ``summary_of`` (clamped to the width)."""
-    return "".join(
-        f"{index:010d}{min(max(m.summary_of, 0), _MARK_MAX):010d}"
-        for index, m in enumerate(messages, 1)
-        if m.summary_of is not None
-    )
-
-
-def _message(raw: bytes | str, sequence: int) -> ChatMessage:
-    data = _load(raw, "message")
-    calls = dec(data.get("tool_calls"))
-    return ChatMessage(
-        role=data["role"],
-        content=dec(data.get("content")),
-        parts=load_parts(data.get("parts")),
-        name=dec(data.get("name")),
-        tool_calls=None
-        if calls is None
-        else [ToolCall.model_validate(c) for c in json.loads(calls)],
-        tool_call_id=dec(data.get("tool_call_id")),
-        reasoning=dec(data.get("reasoning")),
-        extra=load_extra(data.get("extra")),
-        turn_id=data.get("turn_id"),
-        sequence=sequence,
-        summary_of=data.get("summary_of"),
-    )
-
-
-def _session(session_id: str, row: Sequence[Any]) -> SessionInfo:
-    version, agent, active, fence, created = (
-        x.decode() if isinstance(x, bytes) else x for x in row
-    )
-    if int(version) > RECORD_VERSION:
-        raise SchemaVersionError(
-            f"session {session_id!r} has schema version {version}; this reactq reads up to "
-            f"{RECORD_VERSION}: upgrade reactq",
-            version=int(version),
-        )
-    return SessionInfo(
-        session_id=session_id,
-        agent=agent,
-        active_branch=active,
-        fence=int(fence),
-        created_at=float(created),
-    )

@@ -10,10 +10,10 @@ from typing import TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
-from reactq.shared.state.base import stale
-from reactq.shared.state.sql_ops import dialect_insert, lock_session_if_any
-from reactq.shared.state.sql_schema import todos
-from reactq.shared.state.todos import TodoItem, dump_todos, load_todos
+from reactq.shared.state.common import stale
+from reactq.shared.state.sql.ops import dialect_insert, lock_session_if_any
+from reactq.shared.state.sql.schema import todos
+from reactq.shared.state.todo_store import TodoItem, dump_todos, load_todos
 
 T = TypeVar("T")
 

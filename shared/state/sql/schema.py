@@ -162,7 +162,7 @@ audit_events = Table(
 )
 Index("ix_audit_events_turn", audit_events.c.turn_id, audit_events.c.id)
 
-# Scheduled turns (``shared/state/schedules.py``): read whole by each beat process.
+# Scheduled turns (``shared/state/schedule_store.py``): read whole by each beat process.
 schedules = Table(
     "schedules",
     metadata,
@@ -184,7 +184,7 @@ schedules = Table(
     Column("tenant", Text, nullable=True),
 )
 
-# The long-term store (``shared/state/documents.py``): a namespace is stored dotted;
+# The long-term store (``shared/state/document_store.py``): a namespace is stored dotted;
 # the primary key's index serves a search in key order (and by key prefix).
 documents = Table(
     "documents",
@@ -217,7 +217,7 @@ file_actions = Table(
 )
 Index("ix_file_actions_turn", file_actions.c.turn_id, file_actions.c.id)
 
-# A session's todo list (``shared/state/todos.py``): replaced whole, one row a session.
+# A session's todo list (``shared/state/todo_store.py``): replaced whole, one row a session.
 todos = Table(
     "todos",
     metadata,

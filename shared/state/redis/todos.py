@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from reactq.shared.redis_client import lua_source
-from reactq.shared.state.base import stale
-from reactq.shared.state.todos import TodoItem, dump_todos, load_todos
+from reactq.shared.state.common import stale
+from reactq.shared.state.todo_store import TodoItem, dump_todos, load_todos
 
 _SET = lua_source(__name__, "state_todos_set")
 

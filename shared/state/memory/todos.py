@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from reactq.shared.state.base import stale
-from reactq.shared.state.todos import TodoItem
+from reactq.shared.state.common import stale
+from reactq.shared.state.todo_store import TodoItem
 
 
 class MemoryTodos:

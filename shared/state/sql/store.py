@@ -6,10 +6,10 @@ worker processes can share one file and read-then-write steps (the next message
 sequence, the fence check) are serialised by SQLite's write lock. PostgreSQL
 (``postgresql+asyncpg://``) gets the same guarantee from a lock on the session
 row (``SELECT ... FOR UPDATE``, or the statement that checks the fence). Tables
-are defined in ``sql_schema``.
+are defined in ``schema``; the statements in ``ops``.
 
 Every transaction is a plain function of a SQLAlchemy ``Connection``, run whole by
-``sql_engines``: on SQLite in one hop to a thread, over the stdlib ``sqlite3``
+``engines``: on SQLite in one hop to a thread, over the stdlib ``sqlite3``
 driver (the URL names aiosqlite, the async driver of the same file); on
 PostgreSQL through ``run_sync`` on the asyncpg engine.
 
@@ -35,9 +35,9 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -46,46 +46,34 @@ from reactq.shared.errors import BranchError, ConfigError, SessionNotFoundError
 from reactq.shared.messages import ChatMessage
 from reactq.shared.state import listing, outage
 from reactq.shared.state import migrate as schema
-from reactq.shared.state import sql_ops as ops
 from reactq.shared.state.base import (
     TRUNK,
     BranchInfo,
-    FileAction,
     SessionInfo,
     SessionPage,
     SessionRecord,
-    SessionUsage,
-    TurnCheckpoint,
     TurnRecord,
-    TurnStart,
-    check_branch_id,
-    check_fork_point,
-    check_record,
-    committed_twice,
-    dump_steps,
-    load_steps,
-    new_branch_id,
-    stale,
 )
-from reactq.shared.state.sql_documents import SqlDocuments
-from reactq.shared.state.sql_engines import (
+from reactq.shared.state.common import check_branch_id, check_fork_point, new_branch_id, stale
+from reactq.shared.state.sql import ops
+from reactq.shared.state.sql.documents import SqlDocuments
+from reactq.shared.state.sql.engines import (
     AsyncTransactions,
-    SqliteTransactions,
     Transactions,
     in_memory,
     sqlite_engines,
 )
-from reactq.shared.state.sql_schema import (
+from reactq.shared.state.sql.files import SqlFiles
+from reactq.shared.state.sql.schema import (
     branches,
-    dec,
-    enc,
     file_actions,
     sessions,
-    turn_checkpoints,
     turns,
 )
-from reactq.shared.state.sql_todos import SqlTodos
-from reactq.shared.turns import TurnStatus
+from reactq.shared.state.sql.sqlite_lanes import SqliteTransactions
+from reactq.shared.state.sql.steps import SqlSteps
+from reactq.shared.state.sql.todos import SqlTodos
+from reactq.shared.state.sql.turns import SqlTurns, turn_record
 
 T = TypeVar("T")
 
@@ -93,7 +81,7 @@ _DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
 _SCHEMA_LOCK_KEY = 0x72656163_7471  # pg advisory lock id: concurrent migrations queue
 
 
-class SqlStateStore(SqlDocuments, SqlTodos):
+class SqlStateStore(SqlTurns, SqlSteps, SqlDocuments, SqlTodos, SqlFiles):
     """The StateStore contract on SQLite or PostgreSQL; see the module docstring.
 
     Build it with ``await SqlStateStore.open(url)`` (or construct, then ``init()``).
@@ -113,6 +101,9 @@ class SqlStateStore(SqlDocuments, SqlTodos):
     statement: on SQLite a ``sqlite+pysqlite`` engine, on PostgreSQL
     ``engine.sync_engine``.
     """
+
+    backend: ClassVar[str] = "sql"
+    """Its entry in ``shared/state/backends.py``."""
 
     def __init__(
         self,
@@ -373,7 +364,7 @@ class SqlStateStore(SqlDocuments, SqlTodos):
                 .where(turns.c.session_id == session_id)
                 .order_by(turns.c.created_at, turns.c.turn_id)
             )
-            return [_turn_record(row) for row in conn.execute(query).mappings()]
+            return [turn_record(row) for row in conn.execute(query).mappings()]
 
         return await self._read(op)
 
@@ -477,277 +468,6 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
         await self._write(op)
 
-    async def begin_turn(
-        self, session_id: str, agent: str, *, fence: int | None = None, branch_id: str | None = None
-    ) -> TurnStart:
-        """Ensure the session, record ``fence`` and read a branch; see
-        StateStore.begin_turn.
-
-        Two statements on the common path: the session's upsert (which checks and
-        moves the fence) and the branch's read; a new session's second one inserts
-        its trunk instead, and another agent's session needs only the first.
-
-        SQLite runs them in one write transaction. PostgreSQL runs them in one call
-        of the ``reactq_begin_turn`` function (``sql_ops.begin_rows``), its own
-        transaction (no BEGIN / COMMIT round trips: ``_write_each``). The function
-        reads the branch in a statement after the upsert, so the read's snapshot
-        holds every commit that landed before, the one the upsert waited for
-        included (a staler holder's commit already past its fence check holds the
-        row's lock); in the upsert's own statement it would not. Should the
-        connection be found dead during the call, it runs once more on a fresh
-        one: the same token passes the fence again, and a new session's trunk is
-        in already.
-        """
-        now = time.time()
-        if self.dialect == "postgresql":
-            return await self._write_each(
-                functools.partial(self._begin_in_one, session_id, agent, fence, branch_id, now)
-            )
-        row_values = {
-            "session_id": session_id,
-            "agent": agent,
-            "active_branch": TRUNK,
-            "fence": fence or 0,
-            "created_at": now,
-            "updated_at": now,
-        }
-        upsert = ops.upsert_session(self.dialect, fenced=fence is not None)
-
-        def op(conn: Connection) -> TurnStart:
-            row = conn.execute(upsert, row_values).first()
-            if row is None:  # the fence refused the update
-                ops.refuse(conn, session_id, fence)
-            info = SessionInfo(
-                session_id=session_id,
-                agent=row.agent,
-                active_branch=row.active_branch,
-                fence=row.fence,
-                created_at=row.created_at,
-            )
-            branch = branch_id or info.active_branch
-            if info.created_at == now:
-                # This upsert inserted the row (an existing one keeps its creation
-                # time). Should another session have been created at the very same
-                # clock reading, the insert below does nothing: it has its trunk.
-                trunk = {"session_id": session_id, "branch_id": TRUNK, "created_at": now}
-                conn.execute(ops.insert_trunk(self.dialect), trunk)
-                return TurnStart(info=info, branch_id=branch, messages=[])
-            if info.agent != agent:
-                return TurnStart(info=info, branch_id=branch, messages=[])
-            history = ops.read_for_turn(conn, session_id, branch)
-            return TurnStart(info=info, branch_id=branch, messages=history)
-
-        return await self._write(op)
-
-    @staticmethod
-    def _begin_in_one(
-        session_id: str,
-        agent: str,
-        fence: int | None,
-        branch_id: str | None,
-        now: float,
-        conn: Connection,
-    ) -> TurnStart:
-        """``begin_turn`` on PostgreSQL: one statement (``sql_ops.begin_rows``)."""
-        info, history = ops.begin_rows(conn, session_id, agent, fence, branch_id, now)
-        return TurnStart(info=info, branch_id=branch_id or info.active_branch, messages=history)
-
-    async def commit_turn(
-        self,
-        session_id: str,
-        messages: Sequence[ChatMessage],
-        record: TurnRecord,
-        fence: int | None = None,
-        branch_id: str | None = None,
-        *,
-        drop_checkpoint: bool = True,
-    ) -> None:
-        """Append a turn's messages and record its outcome, atomically, once per turn
-        (TurnCommittedError otherwise); see StateStore.
-
-        ``sql_ops.commit_rows``: on PostgreSQL one statement, the call of the
-        ``reactq_commit_turn`` function (migration 0014), its own transaction (no
-        BEGIN / COMMIT round trips: ``_write_each``); on SQLite one transaction of
-        the fence's lock (which reads the tip), the record and the messages. Both
-        remove the turn's checkpoint unless ``drop_checkpoint`` is False.
-        Messages without a ``turn_id`` get the record's.
-
-        Should PostgreSQL's connection be found dead during the call, it runs once
-        more on a fresh one: if the first call had committed, the second is refused
-        with TurnCommittedError, as another worker's would be (the turn is
-        committed, once).
-        """
-        check_record(session_id, record)
-        values = {
-            "turn_id": record.turn_id,
-            "session_id": session_id,
-            "status": record.status.value,
-            "attempt": record.attempt,
-            "final_text": enc(record.final_text),
-            "error": enc(record.error),
-            "created_at": record.created_at or time.time(),
-            **_turn_extras(record),
-        }
-
-        def op(conn: Connection) -> None:
-            # The turn's record is its one commit: a record already there (or one a
-            # concurrent transaction is writing, which the insert waits for) refuses
-            # the commit, and writes nothing.
-            ops.commit_rows(
-                conn,
-                session_id,
-                fence,
-                branch_id,
-                values,
-                messages,
-                drop_checkpoint=drop_checkpoint,
-            )
-
-        await self._write_each(op)
-
-    async def get_turn(self, turn_id: str) -> TurnRecord | None:
-        """A committed turn's outcome, or None."""
-
-        def op(conn: Connection) -> TurnRecord | None:
-            row = conn.execute(select(turns).where(turns.c.turn_id == turn_id)).mappings().first()
-            return None if row is None else _turn_record(row)
-
-        return await self._read(op)
-
-    async def session_usage(self, session_id: str) -> SessionUsage:
-        """The session's totals over its committed turns (one SUM); see StateStore."""
-
-        def op(conn: Connection) -> SessionUsage:
-            query = select(
-                func.count(),
-                func.sum(turns.c.prompt_tokens),
-                func.sum(turns.c.completion_tokens),
-                func.sum(turns.c.total_tokens),
-                func.sum(turns.c.cost),
-            ).where(turns.c.session_id == session_id)
-            count, prompt, completion, total, cost = conn.execute(query).one()
-            return SessionUsage(
-                session_id=session_id,
-                turns=count,
-                prompt_tokens=prompt or 0,
-                completion_tokens=completion or 0,
-                total_tokens=total or 0,
-                cost=float(cost or 0.0),
-            )
-
-        return await self._read(op)
-
-    async def record_file_actions(self, actions: Sequence[FileAction]) -> None:
-        """Append file actions in one transaction; see StateStore.record_file_actions."""
-        if not actions:
-            return
-        now = time.time()
-        rows = [
-            {**a.model_dump(exclude={"undone_at"}), "created_at": a.created_at or now}
-            for a in actions
-        ]
-
-        def op(conn: Connection) -> None:
-            conn.execute(insert(file_actions), rows)
-
-        await self._write(op)
-
-    async def file_actions(self, turn_id: str) -> list[FileAction]:
-        """A turn's file actions, oldest first."""
-
-        def op(conn: Connection) -> list[FileAction]:
-            query = (
-                select(file_actions)
-                .where(file_actions.c.turn_id == turn_id)
-                .order_by(file_actions.c.id)
-            )
-            return [
-                FileAction.model_validate({k: v for k, v in row.items() if k != "id"})
-                for row in conn.execute(query).mappings()
-            ]
-
-        return await self._read(op)
-
-    async def mark_file_actions_undone(self, turn_id: str, undone_at: float) -> bool:
-        """Mark a turn's file actions undone, once (one conditional UPDATE)."""
-
-        def op(conn: Connection) -> bool:
-            done = conn.execute(
-                update(file_actions)
-                .where(file_actions.c.turn_id == turn_id, file_actions.c.undone_at.is_(None))
-                .values(undone_at=undone_at)
-            )
-            return bool(done.rowcount)
-
-        return await self._write(op)
-
-    async def checkpoint_step(self, checkpoint: TurnCheckpoint, fence: int | None = None) -> None:
-        """Store a running turn's completed steps; see StateStore.checkpoint_step.
-
-        One statement when the fence is the stored one: the upsert checks it, and
-        that the turn is not committed, as it writes.
-        """
-        session_id, turn_id = checkpoint.session_id, checkpoint.turn_id
-        params: dict[str, Any] = {
-            "v_turn_id": turn_id,
-            "v_session_id": session_id,
-            "v_branch_id": checkpoint.branch_id,
-            "v_step": checkpoint.step,
-            "v_attempt": checkpoint.attempt,
-            "v_messages": dump_steps(checkpoint.messages),
-            "v_updated_at": checkpoint.updated_at or time.time(),
-        }
-        if fence is not None:
-            params["fence"] = fence
-
-        def op(conn: Connection) -> None:
-            guarded = ops.guarded_checkpoint(self.dialect, fenced=fence is not None)
-            if conn.execute(guarded, params).rowcount:
-                return
-            # Nothing written: no session, a token other than the stored one, or a
-            # committed turn. Check the fence (raising, or moving a newer token on),
-            # then write unless the turn is committed.
-            ops.lock_fenced(conn, session_id, fence)
-            unfenced = ops.guarded_checkpoint(self.dialect, fenced=False)
-            if not conn.execute(unfenced, params).rowcount:
-                raise committed_twice(session_id, turn_id)
-
-        await self._write(op)
-
-    async def get_checkpoint(self, session_id: str, turn_id: str) -> TurnCheckpoint | None:
-        """The turn's last checkpoint, or None."""
-
-        def op(conn: Connection) -> TurnCheckpoint | None:
-            table = turn_checkpoints
-            query = select(table).where(
-                table.c.turn_id == turn_id, table.c.session_id == session_id
-            )
-            row = conn.execute(query).mappings().first()
-            if row is None:
-                return None
-            return TurnCheckpoint(
-                session_id=row["session_id"],
-                turn_id=row["turn_id"],
-                step=row["step"],
-                messages=load_steps(row["messages"]),
-                branch_id=row["branch_id"],
-                attempt=row["attempt"],
-                updated_at=row["updated_at"],
-            )
-
-        return await self._read(op)
-
-    async def discard_checkpoint(self, session_id: str, turn_id: str) -> None:
-        """Forget the turn's checkpoint. Idempotent."""
-
-        def op(conn: Connection) -> None:
-            table = turn_checkpoints
-            conn.execute(
-                delete(table).where(table.c.turn_id == turn_id, table.c.session_id == session_id)
-            )
-
-        await self._write(op)
-
     async def close(self) -> None:
         """Let running transactions finish; dispose of the engines the store made."""
         try:
@@ -758,36 +478,6 @@ class SqlStateStore(SqlDocuments, SqlTodos):
 
 
 # --- helpers --------------------------------------------------------------------
-
-
-def _turn_record(row: Any) -> TurnRecord:
-    return TurnRecord(
-        turn_id=row["turn_id"],
-        session_id=row["session_id"],
-        status=TurnStatus(row["status"]),
-        attempt=row["attempt"],
-        final_text=dec(row["final_text"]),
-        error=dec(row["error"]),
-        created_at=row["created_at"],
-        metadata=json.loads(row["metadata"]) if row["metadata"] is not None else {},
-        config_version=row["config_version"],
-        usage={key: row[key] for key in _USAGE_KEYS if row[key] is not None},
-        cost=row["cost"],
-    )
-
-
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
-"""The counts a turn record keeps, each in a column of its own."""
-
-
-def _turn_extras(record: TurnRecord) -> dict[str, Any]:
-    """The record's columns beyond its outcome: metadata, version, usage, cost."""
-    return {
-        "metadata": listing.dump_value(record.metadata) if record.metadata else None,
-        "config_version": record.config_version,
-        **{key: record.usage.get(key) for key in _USAGE_KEYS},
-        "cost": record.cost,
-    }
 
 
 def _set_active(conn: Connection, session_id: str, branch_id: str) -> None:

@@ -8,8 +8,8 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from reactq.shared.state import documents as docs
-from reactq.shared.state.documents import Document, DocumentSearch, Namespace, NamespaceLike
+from reactq.shared.state import document_store as docs
+from reactq.shared.state.document_store import Document, DocumentSearch, Namespace, NamespaceLike
 
 
 class MemoryDocuments(DocumentSearch):

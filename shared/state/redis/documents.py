@@ -20,8 +20,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from reactq.shared.redis_client import lua_source
-from reactq.shared.state import documents as docs
-from reactq.shared.state.documents import Document, DocumentSearch, Namespace, NamespaceLike
+from reactq.shared.state import document_store as docs
+from reactq.shared.state.document_store import Document, DocumentSearch, Namespace, NamespaceLike
 
 _PUT = lua_source(__name__, "state_doc_put")
 _DELETE = lua_source(__name__, "state_doc_delete")

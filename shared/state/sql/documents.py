@@ -11,10 +11,10 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
-from reactq.shared.state import documents as docs
-from reactq.shared.state.documents import Document, DocumentSearch, Namespace, NamespaceLike
-from reactq.shared.state.sql_ops import dialect_insert
-from reactq.shared.state.sql_schema import documents
+from reactq.shared.state import document_store as docs
+from reactq.shared.state.document_store import Document, DocumentSearch, Namespace, NamespaceLike
+from reactq.shared.state.sql.ops import dialect_insert
+from reactq.shared.state.sql.schema import documents
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 -- Replace a session's todo list (delete it when empty), the lease fence checked in the
--- same call (redis_todos.py).
+-- same call (todos.py).
 -- KEYS: the session's state hash, its todos key
 -- ARGV: the fence ('' unfenced), the list's JSON ('' to remove it)
 -- Returns the stored token when it refuses, else nil.
