@@ -82,7 +82,7 @@ async def _through_gateway(
 
 
 async def _send_via_gateway(args: argparse.Namespace) -> int:
-    from reactq.producer.gateway_client import GatewayClient  # the gateway extra
+    from reactq.producer.gateway.client import GatewayClient  # the gateway extra
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         accepted = await client.submit(
@@ -100,7 +100,7 @@ async def _send_via_gateway(args: argparse.Namespace) -> int:
 
 
 async def _watch_via_gateway(args: argparse.Namespace) -> int:
-    from reactq.producer.gateway_client import GatewayClient  # the gateway extra
+    from reactq.producer.gateway.client import GatewayClient  # the gateway extra
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         async for event in client.events(args.session, after=args.from_id or "$"):
@@ -338,7 +338,7 @@ def _errors(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from reactq.producer.gateway_serve import serve  # the gateway extra
+    from reactq.producer.gateway.serve import serve  # the gateway extra
 
     settings = Settings.from_env()
     configure_logging(settings, args.loglevel)

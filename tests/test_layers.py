@@ -29,8 +29,6 @@ EXTRAS = {
     "flower",
     "httpx2",
     "reactq.producer.gateway",
-    "reactq.producer.gateway_client",
-    "reactq.producer.gateway_serve",
     "reactq.producer.flower",
 }
 

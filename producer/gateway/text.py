@@ -17,7 +17,7 @@ import re
 
 from fastapi import Request
 
-from reactq.producer.gateway_errors import GatewayError, TextSafeJSONResponse
+from reactq.producer.gateway.errors import GatewayError, TextSafeJSONResponse
 from reactq.shared.errors import InvalidContextError, InvalidMessageError, InvalidMetadataError
 from reactq.shared.text_checks import unencodable_at
 
