@@ -1,10 +1,10 @@
 """The HTTP gateway: turns in and events out for services in any language.
 
-``create_app`` (``app.py``) builds the ASGI app; ``reactq serve`` runs it
+``create_app`` (``factory.py``) builds the ASGI app; ``reactq serve`` runs it
 (``serve.py``), and ``uvicorn reactq.producer.gateway:app`` runs one configured from
 the environment. The package::
 
-    app.py       the app factory: routers, error handlers, middleware
+    factory.py   the app factory: routers, error handlers, middleware
     service.py   ``Gateway``: what the routes share (settings, keys, producer, fan-out)
     deps.py      the one dependency style, the guards, the shared path and query types
     scopes.py    what each route touches, and the guard that keeps a key to its tenant
@@ -29,19 +29,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from reactq.producer.gateway.app import create_app as create_app
+    from reactq.producer.gateway.factory import create_app as create_app
 
 __all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    # ``import_module``, not ``from . import app``: the factory module is named ``app``
-    # too, and ``from`` would ask this hook for it again. Once that module is imported
-    # it is the package's ``app`` attribute, so a server asks for ``app`` first (as
-    # uvicorn does), or names ``reactq.producer.gateway.app:app``, the same app.
-    factory = importlib.import_module(f"{__name__}.app")
+    # The factory is ``factory.py``, not ``app.py``: a submodule named ``app`` would be
+    # this package's ``app`` attribute once imported, and uvicorn reads ``app`` twice.
+    factory = importlib.import_module(f"{__name__}.factory")
     if name == "create_app":
         return factory.create_app
     if name == "app":
+        # Built on each read, from the environment, as ``uvicorn ...gateway:app`` wants.
         return factory.app_from_env()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -180,7 +180,7 @@ def serve(host: str, port: int, *, insecure: bool = False, log_level: str = "inf
     """Run the gateway until interrupted; 2 when the bind is refused."""
     import uvicorn
 
-    from reactq.producer.gateway.app import create_app
+    from reactq.producer.gateway.factory import create_app
 
     settings = Settings.from_env()
     keys = ApiKeys(settings.api_keys)

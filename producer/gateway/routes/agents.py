@@ -1,5 +1,5 @@
 """The gateway's agent routes: which agents the pool hosts, and each one's tools.
-``app.py`` mounts them under ``/v1``, behind the API key::
+``factory.py`` mounts them under ``/v1``, behind the API key::
 
     GET /v1/agents                 the agents workers announced, by name and live definition
     GET /v1/agents/{name}/tools    the agent's tools: category, source, JSON schema   404

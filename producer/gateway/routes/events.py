@@ -1,4 +1,4 @@
-"""A session's events as Server-Sent Events (``app.py`` mounts it under ``/v1``)::
+"""A session's events as Server-Sent Events (``factory.py`` mounts it under ``/v1``)::
 
     GET /v1/sessions/{session_id}/events   replay after a point, then live   404 503
 

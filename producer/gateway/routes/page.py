@@ -1,4 +1,4 @@
-"""The watch page (``static/``): ``GET /`` serves it, ``app.py`` mounts its files under
+"""The watch page (``static/``): ``GET /`` serves it, ``factory.py`` mounts its files under
 ``/static``. It calls the ``/v1`` routes with the key the user types (kept for the tab
 only)."""
 

@@ -1,5 +1,5 @@
 """The gateway's schedule routes: scheduled turns, fired by ``reactq beat``.
-``app.py`` mounts them under ``/v1``, behind the API key::
+``factory.py`` mounts them under ``/v1``, behind the API key::
 
     POST   /v1/schedules                      add one                201 404 409 413 422
     GET    /v1/schedules?session_id=          list them, oldest first

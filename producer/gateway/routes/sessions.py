@@ -1,5 +1,5 @@
 """The gateway's session routes: list, show, tag and delete sessions, their turns and
-their branches. ``app.py`` mounts them under ``/v1``, behind the API key::
+their branches. ``factory.py`` mounts them under ``/v1``, behind the API key::
 
     GET    /v1/sessions                          list: agent, metadata, updated_since, cursor
     GET    /v1/sessions/{id}                     one session's summary          404

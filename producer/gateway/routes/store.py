@@ -1,5 +1,5 @@
 """The gateway's long-term store routes: namespaced JSON documents that outlive
-sessions (``Producer.store``). ``app.py`` mounts them under ``/v1``, behind the API
+sessions (``Producer.store``). ``factory.py`` mounts them under ``/v1``, behind the API
 key; a namespace is written dotted (``users.u-42``)::
 
     GET    /v1/store/{namespace}          search: prefix, query, filter=K=V, limit, cursor

@@ -1,4 +1,4 @@
-"""The gateway's turn routes, every one of them (``app.py`` mounts them under ``/v1``,
+"""The gateway's turn routes, every one of them (``factory.py`` mounts them under ``/v1``,
 behind the API key)::
 
     POST /v1/sessions/{session_id}/turns  submit a turn                      202 409 413 422

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -65,7 +64,7 @@ from reactq.producer.gateway.service import Gateway
 from reactq.shared.logs import configure_logging
 from reactq.shared.settings import Settings
 
-__all__ = ["GUARDED_PATHS", "ROUTERS", "create_app"]
+__all__ = ["GUARDED_PATHS", "ROUTERS", "app_from_env", "create_app"]
 
 GUARDED_PATHS = ("/v1", "/metrics")
 """Paths that want an API key (when keys are configured)."""
@@ -141,10 +140,3 @@ def app_from_env() -> FastAPI:
     settings = Settings.from_env()
     configure_logging(settings)
     return create_app(settings)
-
-
-def __getattr__(name: str) -> Any:
-    # ``uvicorn reactq.producer.gateway.app:app`` too; importing has no side effects.
-    if name == "app":
-        return app_from_env()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
