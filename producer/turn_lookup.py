@@ -240,7 +240,7 @@ async def turn_session(
     Redis knows is looked for in the state store, one the store knows in the audit
     log, as if neither knew it; so the three look-ups are made for a foreign turn as
     for a missing one, and neither the answer nor the work behind it tells them apart
-    (the gateway's scope check, ``gateway_scopes``)."""
+    (the gateway's scope check, ``gateway/scopes.py``)."""
     found = await producer.queue.turn_status(turn_id)
     if found is not None and await visible(found[0]):
         return found[0]

@@ -183,8 +183,8 @@ if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for 
 
 if TYPE_CHECKING:  # re-exported by name (``as``), outside ``__all__``: see the docstring
     from reactq.producer.gateway import create_app as create_app
-    from reactq.producer.gateway_client import GatewayClient as GatewayClient
-    from reactq.producer.gateway_client import GatewayRequestError as GatewayRequestError
+    from reactq.producer.gateway.client import GatewayClient as GatewayClient
+    from reactq.producer.gateway.client import GatewayRequestError as GatewayRequestError
     from reactq.worker.agent.mcp import MCPClient as MCPClient
     from reactq.worker.agent.mcp import MCPProvider as MCPProvider
 
@@ -423,8 +423,8 @@ _EXPORTS = LazyExports(
 _EXTRAS: dict[str, tuple[str, str, str]] = {
     "MCPClient": ("reactq.worker.agent.mcp", "mcp", "mcp"),
     "MCPProvider": ("reactq.worker.agent.mcp", "mcp", "mcp"),
-    "GatewayClient": ("reactq.producer.gateway_client", "gateway", "httpx2"),
-    "GatewayRequestError": ("reactq.producer.gateway_client", "gateway", "httpx2"),
+    "GatewayClient": ("reactq.producer.gateway.client", "gateway", "httpx2"),
+    "GatewayRequestError": ("reactq.producer.gateway.client", "gateway", "httpx2"),
     "create_app": ("reactq.producer.gateway", "gateway", "fastapi"),
 }
 

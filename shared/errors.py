@@ -117,9 +117,9 @@ Subclasses defined beside the code that raises them::
     AlreadyUndoneError   already_undone      an UndoError: undone once already
     NothingToUndoError   nothing_to_undo     an UndoError: the turn changed no file
     GatewayRequestError  gateway_error       the gateway client: a refusal it could not
-                                             map to a class here (reactq.producer.gateway_client)
+                                             map to a class here (reactq.producer.gateway.client)
     GatewayError         gateway_http_error  the gateway's own HTTP answers, server side
-                                             (reactq.producer.gateway_errors)
+                                             (reactq.producer.gateway.errors)
 
 tests/test_error_tree.py checks that every exception the package defines is in
 this tree (a few internal control-flow signals excepted, each with its reason),

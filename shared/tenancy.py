@@ -5,9 +5,9 @@ The gateway stamps its caller's key onto every turn it submits
 set; a Python producer, which is trusted, may pass one (``Producer.submit(...,
 tenant=...)``). It travels with the turn to the worker, into the ``ToolContext`` of
 every call, to the child turns the turn delegates to and from a schedule to the turns
-it fires. The same object is a key's scope in the gateway (``gateway_scopes.KeyScope``),
-so the gateway's routes and the worker's store tools decide "is this the tenant's?"
-with the same methods.
+it fires. The same object is a key's scope in the gateway (``KeyScope``, in
+``producer/gateway/security.py``), so the gateway's routes and the worker's store tools
+decide "is this the tenant's?" with the same methods.
 
 A tenant's namespaces in the long-term store are those whose dotted name starts with
 its prefix (``acme-users.alice`` for ``prefix=acme-``), as its sessions are those whose

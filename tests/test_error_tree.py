@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 import reactq
-from reactq.producer.gateway_errors import GatewayError
+from reactq.producer.gateway.errors import GatewayError
 from reactq.shared.error_codes import ERROR_CODES
 from reactq.shared.errors import ReactqError
 
@@ -77,7 +77,7 @@ TREE = sorted(
 def test_the_walk_sees_the_whole_package() -> None:
     names = set(EXCEPTIONS)
     assert "reactq.shared.errors.ReactqError" in names
-    assert "reactq.producer.gateway_errors.GatewayError" in names  # through the symlink
+    assert "reactq.producer.gateway.errors.GatewayError" in names  # through the symlink
     assert "reactq.worker.definitions.AgentConfigError" in names
     assert len(TREE) >= 30
 

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from reactq.producer.gateway_fanout import Fanout, Listener
-from reactq.producer.gateway_sse import event_stream
+from reactq.producer.gateway.fanout import Fanout, Listener
+from reactq.producer.gateway.sse import event_stream
 from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.events import ThoughtEvent
 from reactq.shared.keys import Keys

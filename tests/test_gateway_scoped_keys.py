@@ -22,7 +22,7 @@ import httpx2
 import pytest
 
 from reactq.producer.gateway import create_app
-from reactq.producer.gateway_scopes import Scoped, Touches, declared, v1_routes
+from reactq.producer.gateway.scopes import Scoped, Touches, declared, v1_routes
 from reactq.shared.settings import Settings
 from tests.gateway_support import REACTQ, Gateway, read_until, start_gateway
 from tests.helpers import ROOT, running_pool, sleepy_lookup

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from reactq.producer.gateway_security import ApiKeys
+from reactq.producer.gateway.security import ApiKeys
 from reactq.shared.errors import ConfigError
 
 

@@ -30,8 +30,6 @@ EXTRAS = {
     "flower",
     "httpx2",
     "reactq.producer.gateway",
-    "reactq.producer.gateway_client",
-    "reactq.producer.gateway_serve",
     "reactq.producer.flower",
 }
 

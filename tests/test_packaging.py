@@ -235,7 +235,7 @@ def test_the_installed_wheel_is_what_imports(app: Path) -> None:
     assert Path(reactq_file).is_relative_to(site), reactq_file
     assert Path(worker_file).is_relative_to(site), worker_file
     assert version == VERSION
-    assert extras == "reactq.worker.agent.mcp.client reactq.producer.gateway"
+    assert extras == "reactq.worker.agent.mcp.client reactq.producer.gateway.factory"
     assert bare == "[]"
 
 

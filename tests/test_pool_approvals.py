@@ -328,7 +328,7 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             closed = http.post(url, json={"decisions": {call["call_id"]: True}})
             assert closed.status_code == 409, closed.text
         # GatewayClient raises the shared errors.
-        from reactq.producer.gateway_client import GatewayClient
+        from reactq.producer.gateway.client import GatewayClient
 
         async with GatewayClient(gateway.url, "bill-key-0123456789") as client:
             with pytest.raises(ApprovalClosedError):  # it finished

@@ -14,7 +14,7 @@ import pytest
 from fastapi import APIRouter, FastAPI
 
 from reactq import Producer
-from reactq.producer.gateway_scopes import Touches, check_declared, touches
+from reactq.producer.gateway.scopes import check_declared, touches
 from reactq.producer.turn_lookup import turn_session
 from reactq.shared.errors import InvalidNamespaceError, ReadOnlyError
 from reactq.shared.settings import Settings
@@ -162,7 +162,8 @@ async def test_a_foreign_turn_is_looked_up_as_a_missing_one(producer: Producer) 
 def test_an_app_with_a_route_that_declares_no_scope_does_not_start() -> None:
     """A new ``/v1`` route that forgets to say what it touches fails the app's
     construction (``create_app`` calls ``check_declared``), and so does one whose path
-    parameters its declaration does not account for (``{id}`` under a SESSION one)."""
+    parameters its declaration does not account for (``{id}`` under one naming
+    ``{session_id}``)."""
     forgot = APIRouter()
 
     @forgot.get("/v1/things/{thing_id}")
@@ -176,7 +177,7 @@ def test_an_app_with_a_route_that_declares_no_scope_does_not_start() -> None:
 
     renamed = APIRouter(prefix="/v1")
 
-    @renamed.get("/sessions/{id}", dependencies=[touches(Touches.SESSION)])
+    @renamed.get("/sessions/{id}", dependencies=[touches(session="path.session_id")])
     async def session(id: str) -> str:
         return id
 

@@ -73,7 +73,7 @@ def _errors(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from reactq.producer.gateway_serve import serve  # the gateway extra
+    from reactq.producer.gateway.serve import serve  # the gateway extra
 
     settings = Settings.from_env()
     configure_logging(settings, args.loglevel)

@@ -52,7 +52,7 @@ async def _through_gateway(
 
 
 async def _send_via_gateway(args: argparse.Namespace) -> int:
-    from reactq.producer.gateway_client import GatewayClient  # the gateway extra
+    from reactq.producer.gateway.client import GatewayClient  # the gateway extra
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         accepted = await client.submit(
@@ -70,7 +70,7 @@ async def _send_via_gateway(args: argparse.Namespace) -> int:
 
 
 async def _watch_via_gateway(args: argparse.Namespace) -> int:
-    from reactq.producer.gateway_client import GatewayClient  # the gateway extra
+    from reactq.producer.gateway.client import GatewayClient  # the gateway extra
 
     async with GatewayClient(args.gateway, _client_key()) as client:
         async for event in client.events(args.session, after=args.from_id or "$"):

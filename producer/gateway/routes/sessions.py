@@ -1,11 +1,12 @@
 """The gateway's session routes: list, show, tag and delete sessions, their turns and
-their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
+their branches. ``factory.py`` mounts them under ``/v1``, behind the API key::
 
     GET    /v1/sessions                          list: agent, metadata, updated_since, cursor
     GET    /v1/sessions/{id}                     one session's summary          404
     PATCH  /v1/sessions/{id}                     merge into its metadata        404 422
     DELETE /v1/sessions/{id}?force=              delete it (force: cancel its running turn)  404 409
     GET    /v1/sessions/{id}/turns               its turns, oldest first        404
+    GET    /v1/sessions/{id}/messages            its conversation (?branch=)    404
     GET    /v1/sessions/{id}/usage               its token and cost totals
     GET    /v1/sessions/{id}/todos               its todo list, in order        404
     GET    /v1/sessions/{id}/branches            its branches                   404
@@ -15,35 +16,42 @@ their branches. ``gateway.py`` mounts them under ``/v1``, behind the API key::
 
 A key scoped to a tenant lists the sessions of its prefix (and, with ``agents=``, of
 its agents) only; every other route answers 404 for a session outside them
-(``gateway_scopes``).
+(``scopes.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
-from fastapi import Path as PathParam
-from pydantic import StringConstraints
+from fastapi import APIRouter, Query
 
 from reactq.producer.client import Producer
-from reactq.producer.gateway_deps import ProducerDep, only_query
-from reactq.producer.gateway_errors import GatewayError, state_store_errors
-from reactq.producer.gateway_models import (
+from reactq.producer.gateway.deps import (
+    GatewayDep,
+    MetadataPair,
+    ScopeDep,
+    SessionId,
+    metadata_filter,
+    only_query,
+)
+from reactq.producer.gateway.errors import ERROR_RESPONSES, GatewayError, state_store_errors
+from reactq.producer.gateway.models import (
     AGENT_PATTERN,
+    TURN_ID_PATTERN,
     ErrorBody,
     ForkRequest,
     MetadataPatch,
     SessionList,
+    SessionMessage,
     SessionSummary,
     SwitchRequest,
     Truncated,
     TruncateRequest,
 )
-from reactq.producer.gateway_scopes import KeyScope, Touches, scope_of, touches
+from reactq.producer.gateway.scopes import listing, touches
+from reactq.producer.gateway.security import KeyScope
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.errors import (
@@ -58,18 +66,6 @@ from reactq.shared.state import BranchInfo, SessionUsage
 from reactq.shared.state.base import SessionPage, SessionRecord
 from reactq.shared.state.listing import MAX_LIMIT, encode_cursor, key_of
 from reactq.shared.state.todo_store import TodoItem
-from reactq.shared.turns import SESSION_ID_RE
-
-SessionId = Annotated[
-    str,
-    PathParam(
-        pattern=SESSION_ID_RE.pattern,
-        description="The session (1-128 of [A-Za-z0-9._:-], not '.' or '..')",
-    ),
-]
-
-MetadataPair = Annotated[str, StringConstraints(pattern=r"^[^=]+=")]
-"""A ``metadata`` filter of a listing: KEY=VALUE."""
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such session (``session_not_found``)"}
@@ -117,19 +113,6 @@ def _answers() -> Iterator[None]:
         ) from None
 
 
-def _metadata_filter(pairs: list[MetadataPair]) -> dict[str, Any] | None:
-    """``KEY=VALUE`` pairs as a metadata filter: a VALUE that reads as JSON is that
-    value (``tier=2`` the number), else the text (``user=u-1``)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, _, raw = pair.partition("=")
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
-            out[key] = raw
-    return out or None
-
-
 async def _detail(producer: Producer, session_id: str) -> SessionDetail:
     detail = await producer.get_session(session_id)
     if detail is None:
@@ -175,7 +158,7 @@ async def _tenant_page(
     response_model=SessionList,
     summary="List sessions",
     dependencies=[
-        touches(Touches.LISTING),
+        listing(),
         only_query("agent", "metadata", "updated_since", "limit", "cursor"),
     ],
     responses={
@@ -187,8 +170,8 @@ async def _tenant_page(
     },
 )
 async def list_sessions(
-    producer: ProducerDep,
-    scope: Annotated[KeyScope | None, Depends(scope_of)],
+    gateway: GatewayDep,
+    scope: ScopeDep,
     agent: Annotated[
         str | None, Query(pattern=AGENT_PATTERN, description="Only its sessions")
     ] = None,
@@ -209,7 +192,8 @@ async def list_sessions(
 ) -> SessionList:
     """The stored sessions, newest first, a page at a time (a scoped key's: of its
     prefix and its agents)."""
-    wanted = _metadata_filter(metadata or [])
+    producer = gateway.producer
+    wanted = metadata_filter(metadata or [])
     if scope is not None and agent is not None and not scope.may_run(agent):
         return SessionList(sessions=[])
     with _answers():
@@ -231,42 +215,45 @@ async def list_sessions(
 
 @router.get(
     "/sessions/{session_id}",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=SessionDetail,
     summary="A session",
     responses=_NOT_FOUND,
 )
-async def get_session(session_id: SessionId, producer: ProducerDep) -> SessionDetail:
+async def get_session(session_id: SessionId, gateway: GatewayDep) -> SessionDetail:
     """Its agent, active branch, message count, turns, last turn, usage and metadata."""
+    producer = gateway.producer
     with _answers():
         return await _detail(producer, session_id)
 
 
 @router.get(
     "/sessions/{session_id}/usage",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=SessionUsage,
     summary="A session's token and cost totals",
 )
-async def get_session_usage(session_id: SessionId, producer: ProducerDep) -> SessionUsage:
+async def get_session_usage(session_id: SessionId, gateway: GatewayDep) -> SessionUsage:
     """Tokens and cost summed over its committed turns, as the state store keeps them
     (what ``session_max_tokens`` / ``session_max_cost`` check); zeros for a session the
     store does not have."""
+    producer = gateway.producer
     with _answers():
         return await producer.usage(session_id)
 
 
 @router.patch(
     "/sessions/{session_id}",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=SessionDetail,
     summary="Change a session's metadata",
     responses=_NOT_FOUND,
 )
 async def patch_session(
-    session_id: SessionId, body: MetadataPatch, producer: ProducerDep
+    session_id: SessionId, body: MetadataPatch, gateway: GatewayDep
 ) -> SessionDetail:
     """Merge ``metadata`` into the session's: a key set to null is removed."""
+    producer = gateway.producer
     with _answers():
         await producer.update_session_metadata(session_id, body.metadata)
         return await _detail(producer, session_id)
@@ -276,7 +263,7 @@ async def patch_session(
     "/sessions/{session_id}",
     response_model=SessionDeleted,
     summary="Delete a session",
-    dependencies=[touches(Touches.SESSION), only_query("force")],
+    dependencies=[touches(session="path.session_id"), only_query("force")],
     responses={
         **_NOT_FOUND,
         409: {
@@ -288,26 +275,68 @@ async def patch_session(
 )
 async def delete_session(
     session_id: SessionId,
-    producer: ProducerDep,
+    gateway: GatewayDep,
     force: Annotated[
         bool, Query(description="Cancel a running turn first (and wait for it to stop)")
     ] = False,
 ) -> SessionDeleted:
     """Delete the session's state, Redis keys, queued turns (cancelled first) and
     workspace; the audit log keeps its events."""
+    producer = gateway.producer
     with _answers():
         return await producer.delete_session(session_id, force=force)
 
 
 @router.get(
+    "/sessions/{session_id}/messages",
+    dependencies=[touches(session="path.session_id")],
+    response_model=list[SessionMessage],
+    summary="A session's conversation",
+    responses={
+        404: {
+            "model": ErrorBody,
+            "description": "No such session (``session_not_found``) or no such branch in it "
+            "(``branch_not_found``)",
+        },
+        503: ERROR_RESPONSES[503],
+    },
+)
+async def session_messages(
+    session_id: SessionId,
+    gateway: GatewayDep,
+    branch: Annotated[
+        str | None,
+        Query(pattern=TURN_ID_PATTERN, description="A branch id (default: the active one)"),
+    ] = None,
+) -> list[SessionMessage]:
+    """The messages of one branch of the session, oldest first, each with its
+    ``sequence`` in the branch and the ``turn_id`` that wrote it."""
+    with state_store_errors():
+        store = await gateway.producer.state_store()
+        if await store.get_session(session_id) is None:
+            raise GatewayError("no such session", status=404, error_code="session_not_found")
+        if branch is not None and branch not in {
+            b.branch_id for b in await store.list_branches(session_id)
+        }:
+            raise GatewayError(
+                f"session {session_id} has no branch {branch!r}",
+                status=404,
+                error_code=BranchNotFoundError.code,
+            )
+        messages = await store.get_messages(session_id, branch_id=branch)
+    return [SessionMessage.of(m) for m in messages]
+
+
+@router.get(
     "/sessions/{session_id}/turns",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=list[TurnInfo],
     summary="A session's turns",
     responses=_NOT_FOUND,
 )
-async def session_turns(session_id: SessionId, producer: ProducerDep) -> list[TurnInfo]:
+async def session_turns(session_id: SessionId, gateway: GatewayDep) -> list[TurnInfo]:
     """Its turns, oldest first, with status, attempt, final, usage and times."""
+    producer = gateway.producer
     with _answers():
         turns = await producer.session_turns(session_id)
         if not turns and await (await producer.state_store()).get_session(session_id) is None:
@@ -317,14 +346,15 @@ async def session_turns(session_id: SessionId, producer: ProducerDep) -> list[Tu
 
 @router.get(
     "/sessions/{session_id}/todos",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=list[TodoItem],
     summary="A session's todo list",
     responses=_NOT_FOUND,
 )
-async def session_todos(session_id: SessionId, producer: ProducerDep) -> list[TodoItem]:
+async def session_todos(session_id: SessionId, gateway: GatewayDep) -> list[TodoItem]:
     """The todo list its agent keeps (``reactq.bundles.todos``), in order, as last
     written; [] when it has none."""
+    producer = gateway.producer
     with _answers():
         items = await producer.todos(session_id)
         if not items and await (await producer.state_store()).get_session(session_id) is None:
@@ -334,13 +364,14 @@ async def session_todos(session_id: SessionId, producer: ProducerDep) -> list[To
 
 @router.get(
     "/sessions/{session_id}/branches",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=list[BranchInfo],
     summary="A session's branches",
     responses=_NOT_FOUND,
 )
-async def list_branches(session_id: SessionId, producer: ProducerDep) -> list[BranchInfo]:
+async def list_branches(session_id: SessionId, gateway: GatewayDep) -> list[BranchInfo]:
     """Its branches, oldest first: which one is active, their lengths."""
+    producer = gateway.producer
     with _answers():
         branches = await producer.branches(session_id)
         if not branches:
@@ -350,7 +381,7 @@ async def list_branches(session_id: SessionId, producer: ProducerDep) -> list[Br
 
 @router.post(
     "/sessions/{session_id}/branches",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     status_code=201,
     response_model=BranchInfo,
     summary="Fork a branch",
@@ -363,9 +394,10 @@ async def list_branches(session_id: SessionId, producer: ProducerDep) -> list[Br
         },
     },
 )
-async def fork(session_id: SessionId, body: ForkRequest, producer: ProducerDep) -> BranchInfo:
+async def fork(session_id: SessionId, body: ForkRequest, gateway: GatewayDep) -> BranchInfo:
     """Start a branch keeping messages 1..from_sequence ("edit a turn" is a fork, then
     a submit); the original line stays."""
+    producer = gateway.producer
     with _answers():
         branch_id = await producer.fork(
             session_id,
@@ -380,15 +412,14 @@ async def fork(session_id: SessionId, body: ForkRequest, producer: ProducerDep) 
 
 @router.put(
     "/sessions/{session_id}/active_branch",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=SessionDetail,
     summary="Switch the active branch",
     responses=_BRANCH_NOT_FOUND,
 )
-async def switch(
-    session_id: SessionId, body: SwitchRequest, producer: ProducerDep
-) -> SessionDetail:
+async def switch(session_id: SessionId, body: SwitchRequest, gateway: GatewayDep) -> SessionDetail:
     """Make a branch the active one: the turns that start next run on it."""
+    producer = gateway.producer
     with _answers():
         await producer.switch_branch(session_id, body.branch)
         return await _detail(producer, session_id)
@@ -396,16 +427,15 @@ async def switch(
 
 @router.post(
     "/sessions/{session_id}/truncate",
-    dependencies=[touches(Touches.SESSION)],
+    dependencies=[touches(session="path.session_id")],
     response_model=Truncated,
     summary="Cut a branch",
     responses=_BRANCH_NOT_FOUND,
 )
-async def truncate(
-    session_id: SessionId, body: TruncateRequest, producer: ProducerDep
-) -> Truncated:
+async def truncate(session_id: SessionId, body: TruncateRequest, gateway: GatewayDep) -> Truncated:
     """Delete a branch's own messages after ``after`` (inherited ones stay; a branch
     forked inside the cut keeps its history)."""
+    producer = gateway.producer
     with _answers():
         before = await producer.branches(session_id)
         if not before:

@@ -142,11 +142,6 @@ class Listener:
         """Frames buffered and not taken yet."""
         return len(self._frames)
 
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes of the frames buffered and not taken yet."""
-        return self._bytes
-
     def offer(self, frame: Frame) -> None:
         """Buffer a frame; a full buffer cuts the client off.
 

@@ -4,6 +4,18 @@ Keys are compared in constant time, against every configured key, so neither a
 key's prefix nor which key matched shows in the response time. A 401 says
 nothing about the session asked for.
 
+An entry of ``REACTQ_API_KEYS`` (itself comma-separated) is::
+
+    key                                   full access, named key1, key2... by position
+    name:key                              full access, named
+    name:key;prefix=acme-;agents=a|b;ro   scoped
+
+``;`` separates a key from its scopes and ``|`` the agents of ``agents=``: neither
+can occur in a session id or an agent name, and neither is the list's ``,``. Any
+other scope, an empty one, or one given twice is a ConfigError naming the entry
+by its position and name (never its key). What a scope lets a key reach is
+``scopes.py``'s.
+
 The guards are plain ASGI middleware that answer from the request's headers:
 a request refused (403, 401, 413) is answered before a byte of its body is read,
 and on a connection that then closes, so a client cannot make the gateway hold a
@@ -18,12 +30,60 @@ import ipaddress
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reactq.producer.gateway_scopes import KeyScope, parse_scopes
 from reactq.shared.errors import ConfigError
+from reactq.shared.tenancy import TenantIdentity
+
+_PREFIX = re.compile(r"[A-Za-z0-9._:-]{1,127}")
+_AGENT = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+KeyScope = TenantIdentity
+"""Who a key is and what it may reach: the identity the gateway stamps on its turns."""
+
+
+def parse_scopes(name: str, scopes: list[str], position: int) -> KeyScope:
+    """The scope of entry ``position`` (named ``name``) from its ``;``-separated parts;
+    ConfigError for a malformed one."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(
+            f"REACTQ_API_KEYS entry {position} ({name}): {why}; scopes are "
+            "'prefix=SESSION_PREFIX', 'agents=A|B' and 'ro', after the key, each after a ';'",
+            setting="REACTQ_API_KEYS",
+        )
+
+    found: dict[str, Any] = {}
+    for part in scopes:
+        label, sep, value = part.strip().partition("=")
+        if not label:
+            raise bad("empty scope")
+        if label in found:
+            raise bad(f"{label!r} given twice")
+        if label == "ro" and not sep:
+            found["ro"] = True
+        elif label == "prefix" and sep:
+            if not _PREFIX.fullmatch(value):
+                raise bad("prefix= wants 1-127 of [A-Za-z0-9._:-]")
+            found["prefix"] = value
+        elif label == "agents" and sep:
+            agents = value.split("|")
+            if not all(_AGENT.fullmatch(a) for a in agents):
+                raise bad("agents= wants agent names separated by '|'")
+            found["agents"] = frozenset(agents)
+        else:
+            raise bad(f"unknown scope {part.strip()[:40]!r}")
+    return KeyScope(
+        name=name,
+        prefix=found.get("prefix"),
+        agents=found.get("agents"),
+        read_only=found.get("ro", False),
+    )
+
 
 # Every refusal closes its connection: the rest of a body left unread cannot keep it.
 _CLOSE = (b"connection", b"close")
@@ -68,7 +128,7 @@ class ApiKeys:
     An entry ``name:key`` names its key: the name is who a request with that key
     is (the ``by`` of the decisions it makes). A bare ``key`` is named ``key1``,
     ``key2``... by its position in the list. Scopes follow the key after ``;``
-    (``name:key;prefix=acme-;agents=a|b;ro``, see ``gateway_scopes``); a malformed
+    (``name:key;prefix=acme-;agents=a|b;ro``, the module's doc); a malformed
     entry is a ConfigError.
     """
 

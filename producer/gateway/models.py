@@ -15,6 +15,18 @@ from reactq.shared.messages import MAX_SEQUENCE, ChatMessage
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 AGENT_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""An agent's name."""
+TURN_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+"""A turn's id (and a branch's)."""
+# ``[0-9]``, not ``\d``: pydantic's regex engine takes any script's digits for ``\d``.
+# The pattern is the shape (and what the OpenAPI document shows); the range check
+# (each part at most 2**64-1) is ``validate_stream_id``.
+STREAM_ID_PATTERN = r"^([0-9]{1,20}(-[0-9]{1,20})?|\$)$"
+"""A Redis stream id, or ``$`` (live only)."""
+NAMESPACE_PATTERN = r"^[A-Za-z0-9_:@+-]{1,128}(\.[A-Za-z0-9_:@+-]{1,128}){0,7}$"
+"""A long-term store namespace, dotted: 1-8 segments."""
+KEY_PATTERN = r"^[A-Za-z0-9._:@+-]{1,256}$"
+"""A long-term store document's key."""
 
 
 class TurnCreate(BaseModel):
@@ -173,6 +185,7 @@ class Readiness(BaseModel):
 
 
 BRANCH_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+"""A branch's id."""
 
 
 class SessionSummary(BaseModel):

@@ -1,5 +1,5 @@
 """The gateway's long-term store routes: namespaced JSON documents that outlive
-sessions (``Producer.store``). ``gateway.py`` mounts them under ``/v1``, behind the API
+sessions (``Producer.store``). ``factory.py`` mounts them under ``/v1``, behind the API
 key; a namespace is written dotted (``users.u-42``)::
 
     GET    /v1/store/{namespace}          search: prefix, query, filter=K=V, limit, cursor
@@ -9,7 +9,7 @@ key; a namespace is written dotted (``users.u-42``)::
 
 A key scoped to a tenant reaches the namespaces whose dotted name starts with its
 prefix, as it reaches the sessions whose id does (404 for the others, like a missing
-document); a read-only key cannot write (``gateway_scopes``).
+document); a read-only key cannot write (``scopes.py``).
 """
 
 from __future__ import annotations
@@ -19,31 +19,21 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict
 
-from reactq.producer.gateway_deps import ProducerDep, only_query
-from reactq.producer.gateway_errors import GatewayError, state_store_errors
-from reactq.producer.gateway_models import ErrorBody
-from reactq.producer.gateway_scopes import Touches, touches
-from reactq.producer.gateway_sessions import MetadataPair
-from reactq.producer.gateway_sessions import _metadata_filter as pairs_filter
+from reactq.producer.gateway.deps import (
+    DocumentKey,
+    GatewayDep,
+    MetadataPair,
+    Namespace,
+    metadata_filter,
+    only_query,
+)
+from reactq.producer.gateway.errors import GatewayError, state_store_errors
+from reactq.producer.gateway.models import ErrorBody
+from reactq.producer.gateway.scopes import touches
 from reactq.shared.errors import InvalidCursorError, InvalidDocumentError
 from reactq.shared.state.document_store import MAX_SEARCH_LIMIT, Document, DocumentPage
-
-NAMESPACE_PATTERN = r"^[A-Za-z0-9_:@+-]{1,128}(\.[A-Za-z0-9_:@+-]{1,128}){0,7}$"
-KEY_PATTERN = r"^[A-Za-z0-9._:@+-]{1,256}$"
-
-Namespace = Annotated[
-    str,
-    PathParam(
-        pattern=NAMESPACE_PATTERN,
-        description="The namespace, dotted: 1-8 segments of [A-Za-z0-9_:@+-] (users.u-42)",
-    ),
-]
-Key = Annotated[
-    str, PathParam(pattern=KEY_PATTERN, description="The document's key: [A-Za-z0-9._:@+-]")
-]
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such document (``document_not_found``)"}
@@ -99,7 +89,7 @@ def _answers() -> Iterator[None]:
     response_model=DocumentPage,
     summary="Search a namespace's documents",
     dependencies=[
-        touches(Touches.NAMESPACE),
+        touches(namespace="path.namespace"),
         only_query("prefix", "query", "filter", "limit", "cursor"),
     ],
     responses={
@@ -116,7 +106,7 @@ def _answers() -> Iterator[None]:
 )
 async def search(
     namespace: Namespace,
-    producer: ProducerDep,
+    gateway: GatewayDep,
     prefix: Annotated[
         str | None, Query(max_length=256, description="Keys that start with it")
     ] = None,
@@ -138,11 +128,11 @@ async def search(
 ) -> DocumentPage:
     """The namespace's documents in key order, a page at a time, filtered."""
     with _answers():
-        return await producer.store.search(
+        return await gateway.producer.store.search(
             namespace,
             prefix=prefix,
             query=query,
-            filter=pairs_filter(filter or []),
+            filter=metadata_filter(filter or []),
             limit=limit,
             cursor=cursor,
         )
@@ -150,15 +140,15 @@ async def search(
 
 @router.get(
     "/store/{namespace}/{key}",
-    dependencies=[touches(Touches.NAMESPACE, inner=("key",))],
+    dependencies=[touches(namespace="path.namespace", inner=("key",))],
     response_model=Document,
     summary="A document",
     responses=_NOT_FOUND,
 )
-async def get_document(namespace: Namespace, key: Key, producer: ProducerDep) -> Document:
+async def get_document(namespace: Namespace, key: DocumentKey, gateway: GatewayDep) -> Document:
     """The document stored under ``key``."""
     with _answers():
-        document = await producer.store.get(namespace, key)
+        document = await gateway.producer.store.get(namespace, key)
     if document is None:
         raise _missing(namespace, key)
     return document
@@ -166,31 +156,33 @@ async def get_document(namespace: Namespace, key: Key, producer: ProducerDep) ->
 
 @router.put(
     "/store/{namespace}/{key}",
-    dependencies=[touches(Touches.NAMESPACE, inner=("key",))],
+    dependencies=[touches(namespace="path.namespace", inner=("key",))],
     response_model=Document,
     summary="Store a document",
     responses={422: {"model": ErrorBody, "description": "A value that cannot be stored"}},
 )
 async def put_document(
-    namespace: Namespace, key: Key, body: DocumentWrite, producer: ProducerDep
+    namespace: Namespace, key: DocumentKey, body: DocumentWrite, gateway: GatewayDep
 ) -> Document:
     """Store a JSON object under ``key``, replacing what was there (its ``created_at``
     stays)."""
     with _answers():
-        return await producer.store.put(namespace, key, body.value)
+        return await gateway.producer.store.put(namespace, key, body.value)
 
 
 @router.delete(
     "/store/{namespace}/{key}",
-    dependencies=[touches(Touches.NAMESPACE, inner=("key",))],
+    dependencies=[touches(namespace="path.namespace", inner=("key",))],
     response_model=DocumentDeleted,
     summary="Delete a document",
     responses=_NOT_FOUND,
 )
-async def delete_document(namespace: Namespace, key: Key, producer: ProducerDep) -> DocumentDeleted:
+async def delete_document(
+    namespace: Namespace, key: DocumentKey, gateway: GatewayDep
+) -> DocumentDeleted:
     """Forget the document."""
     with _answers():
-        deleted = await producer.store.delete(namespace, key)
+        deleted = await gateway.producer.store.delete(namespace, key)
     if not deleted:
         raise _missing(namespace, key)
     return DocumentDeleted(namespace=tuple(namespace.split(".")), key=key)

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from reactq.producer.gateway_models import DecisionsAccepted, TurnAccepted
+from reactq.producer.gateway.models import DecisionsAccepted, TurnAccepted
 from reactq.shared.content import ContentPart, parse_parts
 from reactq.shared.errors import ReactqError
 from reactq.shared.events import Event, parse_event

@@ -1,5 +1,5 @@
 """The gateway's agent routes: which agents the pool hosts, and each one's tools.
-``gateway.py`` mounts them under ``/v1``, behind the API key::
+``factory.py`` mounts them under ``/v1``, behind the API key::
 
     GET /v1/agents                 the agents workers announced, by name and live definition
     GET /v1/agents/{name}/tools    the agent's tools: category, source, JSON schema   404
@@ -12,22 +12,19 @@ any other answers 404 as if no worker hosted it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi import Path as PathParam
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.producer.client import Producer
-from reactq.producer.gateway_errors import GatewayError
-from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
-from reactq.producer.gateway_scopes import Touches, scope_of, touches
+from reactq.producer.gateway.deps import AgentName, GatewayDep, ScopeDep
+from reactq.producer.gateway.errors import GatewayError
+from reactq.producer.gateway.models import ErrorBody
+from reactq.producer.gateway.scopes import listing, touches
 from reactq.shared.catalogue import AgentInfo, AgentTools
-from reactq.shared.protocol.workers import WorkerRegistry
+from reactq.shared.errors import UnknownAgentError
 
 __all__ = ["AgentList", "router"]
-
-AgentName = Annotated[str, PathParam(pattern=AGENT_PATTERN, description="The agent's name")]
 
 router = APIRouter(tags=["agents"])
 
@@ -46,19 +43,12 @@ class AgentList(BaseModel):
     two definitions (config versions) at once has an entry for each."""
 
 
-def _registry(request: Request) -> tuple[WorkerRegistry, float]:
-    producer: Producer = request.app.state.gateway.producer
-    return WorkerRegistry(producer.redis, producer.keys), producer.settings.heartbeat_seconds
-
-
-@router.get("/agents", response_model=AgentList, dependencies=[touches(Touches.LISTING)])
-async def list_agents(request: Request) -> AgentList:
+@router.get("/agents", response_model=AgentList, dependencies=[listing()])
+async def list_agents(gateway: GatewayDep, scope: ScopeDep) -> AgentList:
     """The agents workers announced: each one's version, last announcement, whether a
     worker hosting it is live, and how many tools it offers; one entry for each
     definition of a name that live workers host."""
-    registry, window = _registry(request)
-    scope = scope_of(request)
-    found = await registry.agents(live_within=window)
+    found = await gateway.producer.agents()
     return AgentList(agents=[a for a in found if scope is None or scope.may_run(a.name)])
 
 
@@ -66,18 +56,17 @@ async def list_agents(request: Request) -> AgentList:
     "/agents/{name}/tools",
     response_model=AgentTools,
     responses=_NOT_FOUND,
-    dependencies=[touches(Touches.AGENT)],
+    dependencies=[touches(agent="path.name")],
 )
-async def agent_tools(request: Request, name: AgentName) -> AgentTools:
+async def agent_tools(name: AgentName, gateway: GatewayDep) -> AgentTools:
     """The tools the agent's model sees, each with its category (read, write, meta),
     source (local, bundle, mcp, builtin), origin and JSON schema."""
-    registry, _window = _registry(request)
     # Another agent than the key's was answered by the guard, like one no worker hosts.
-    catalogue = await registry.catalogue(name)
-    if catalogue is None:
+    try:
+        return await gateway.producer.agent_tools(name)
+    except UnknownAgentError:
         raise GatewayError(
             f"no worker hosts an agent named {name!r} (or none published its tools)",
             status=404,
             error_code="unknown_agent",
-        )
-    return catalogue
+        ) from None

@@ -27,7 +27,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from reactq.producer.gateway_security import ApiKeys, check_bind
+from reactq.producer.gateway.security import ApiKeys, check_bind
 from reactq.shared.logs import uvicorn_log_config
 from reactq.shared.settings import Settings
 
@@ -180,7 +180,7 @@ def serve(host: str, port: int, *, insecure: bool = False, log_level: str = "inf
     """Run the gateway until interrupted; 2 when the bind is refused."""
     import uvicorn
 
-    from reactq.producer.gateway import create_app
+    from reactq.producer.gateway.factory import create_app
 
     settings = Settings.from_env()
     keys = ApiKeys(settings.api_keys)

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from reactq.producer.gateway_models import ErrorBody, FieldError
+from reactq.producer.gateway.models import ErrorBody, FieldError
 from reactq.shared.errors import (
     AgentMismatchError,
     ContextTooLargeError,

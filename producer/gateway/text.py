@@ -7,7 +7,7 @@ turn's message, metadata and context keep the producer's codes, any other field 
 ``invalid_text``. Out: every JSON answer, errors included, repairs such text (U+FFFD)
 rather than failing to encode it, so a value an older version stored never turns a
 listing into a 500 and an error never echoes what it cannot encode
-(``TextSafeJSONResponse``, in gateway_errors.py beside the handlers that use it).
+(``TextSafeJSONResponse``, in errors.py beside the handlers that use it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 
 from fastapi import Request
 
-from reactq.producer.gateway_errors import GatewayError, TextSafeJSONResponse
+from reactq.producer.gateway.errors import GatewayError, TextSafeJSONResponse
 from reactq.shared.errors import InvalidContextError, InvalidMessageError, InvalidMetadataError
 from reactq.shared.text_checks import unencodable_at
 

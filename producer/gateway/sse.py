@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from reactq.producer.gateway_fanout import Fanout, Frame, FrameCache, Listener
+from reactq.producer.gateway.fanout import Fanout, Frame, FrameCache, Listener
 from reactq.shared.bus import MAX_STREAM_ID_PART, parse_stream_id, stream_id_gt
 from reactq.shared.keys import Keys
 from reactq.shared.redis_client import text

@@ -1,5 +1,5 @@
 """The gateway's schedule routes: scheduled turns, fired by ``reactq beat``.
-``gateway.py`` mounts them under ``/v1``, behind the API key::
+``factory.py`` mounts them under ``/v1``, behind the API key::
 
     POST   /v1/schedules                      add one                201 404 409 413 422
     GET    /v1/schedules?session_id=          list them, oldest first
@@ -17,7 +17,7 @@ REACTQ_MAX_SCHEDULES_PER_TENANT schedules: one more answers 409 ``too_many_sched
 A key scoped to a tenant sees and touches only the schedules of its sessions (and,
 with ``agents=``, of its agents): the others answer 404 ``schedule_not_found`` as if
 they did not exist, and adding one to a session outside its reach answers 404
-``session_not_found`` (``gateway_scopes``); a read-only key gets 403 on every write.
+``session_not_found`` (``scopes.py``); a read-only key gets 403 on every write.
 A schedule keeps the identity of the key that added it, and every turn it fires
 carries that identity (``Schedule.tenant``).
 """
@@ -28,21 +28,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
-from fastapi import Path as PathParam
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.producer import schedules
-from reactq.producer.gateway_deps import ProducerDep, only_query
-from reactq.producer.gateway_errors import GatewayError, state_store_errors
-from reactq.producer.gateway_models import AGENT_PATTERN, ErrorBody
-from reactq.producer.gateway_scopes import (
-    KeyScope,
-    Touches,
-    scope_of,
-    session_visible,
-    touches,
-)
+from reactq.producer.gateway.deps import GatewayDep, ScheduleId, ScopeDep, only_query
+from reactq.producer.gateway.errors import GatewayError, state_store_errors
+from reactq.producer.gateway.models import AGENT_PATTERN, ErrorBody
+from reactq.producer.gateway.scopes import listing, touches
+from reactq.producer.gateway.security import KeyScope
 from reactq.shared.errors import (
     AgentMismatchError,
     EmptyMessageError,
@@ -55,16 +48,10 @@ from reactq.shared.errors import (
     TooManySchedulesError,
     UnknownAgentError,
 )
-from reactq.shared.schedules import SCHEDULE_ID_PATTERN, Schedule
+from reactq.shared.schedules import Schedule
 from reactq.shared.turns import SESSION_ID_RE
 
 __all__ = ["router"]
-
-
-ScheduleId = Annotated[
-    str, PathParam(pattern=SCHEDULE_ID_PATTERN, description="The schedule (sch_ + 16 hex)")
-]
-ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
 
 
 class ScheduleCreate(BaseModel):
@@ -131,7 +118,7 @@ def _answers(body: ScheduleCreate | None = None) -> Iterator[None]:
 router = APIRouter(tags=["schedules"])
 # Every route but the listing takes no query parameter.
 _NO_QUERY = only_query()
-_ONE = [touches(Touches.SCHEDULE), _NO_QUERY]
+_ONE = [touches(schedule="path.schedule_id"), _NO_QUERY]
 
 
 def _hidden(schedule_id: str) -> GatewayError:
@@ -152,7 +139,10 @@ def _sees(scope: KeyScope | None, schedule: Schedule) -> bool:
     status_code=201,
     response_model=Schedule,
     summary="Add a scheduled turn",
-    dependencies=[touches(Touches.BODY), _NO_QUERY],
+    dependencies=[
+        touches(session="body.session_id", agent="body.agent", body=ScheduleCreate),
+        _NO_QUERY,
+    ],
     responses={
         404: {
             "model": ErrorBody,
@@ -180,27 +170,11 @@ def _sees(scope: KeyScope | None, schedule: Schedule) -> bool:
         },
     },
 )
-async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: ScopeDep) -> Schedule:
+async def add_schedule(body: ScheduleCreate, gateway: GatewayDep, scope: ScopeDep) -> Schedule:
     """Store a schedule; ``reactq beat`` submits its turn at each tick, with the identity
     of the key that added it."""
-    if scope is not None and SESSION_ID_RE.fullmatch(body.session_id):
-        with _answers():
-            visible = await session_visible(producer, scope, body.session_id)
-        if not visible:
-            raise GatewayError(
-                f"no session {body.session_id!r}", status=404, error_code="session_not_found"
-            )
-    if scope is not None and not scope.may_run(body.agent):
-        # As an agent nobody hosts, so a key does not learn which others exist.
-        raise GatewayError(
-            f"no worker hosts agent {body.agent!r}",
-            status=422,
-            error_code=UnknownAgentError.code,
-            field="body.agent",
-        )
     with _answers(body):
-        return await schedules.add_schedule(
-            producer,
+        return await gateway.producer.add_schedule(
             body.session_id,
             body.message,
             agent=body.agent,
@@ -215,10 +189,10 @@ async def add_schedule(body: ScheduleCreate, producer: ProducerDep, scope: Scope
     "/schedules",
     response_model=ScheduleList,
     summary="List scheduled turns",
-    dependencies=[touches(Touches.LISTING), only_query("session_id")],
+    dependencies=[listing(), only_query("session_id")],
 )
 async def list_schedules(
-    producer: ProducerDep,
+    gateway: GatewayDep,
     scope: ScopeDep,
     session_id: Annotated[
         str | None, Query(pattern=SESSION_ID_RE.pattern, description="Only this session's")
@@ -226,7 +200,7 @@ async def list_schedules(
 ) -> ScheduleList:
     """Every schedule the key may see (of one session, when given), oldest first."""
     with _answers():
-        found = await producer.list_schedules(session_id)
+        found = await gateway.producer.list_schedules(session_id)
     return ScheduleList(schedules=[s for s in found if _sees(scope, s)])
 
 
@@ -237,11 +211,11 @@ async def list_schedules(
     dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def get_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedule:
+async def get_schedule(schedule_id: ScheduleId, gateway: GatewayDep) -> Schedule:
     """Its timing, whether it is paused, the tick it last fired for and its last turn
     (or why that firing submitted nothing)."""
     with _answers():
-        found = await producer.get_schedule(schedule_id)
+        found = await gateway.producer.get_schedule(schedule_id)
     if found is None:
         raise _hidden(schedule_id)
     return found
@@ -254,10 +228,10 @@ async def get_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedu
     dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def pause_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedule:
+async def pause_schedule(schedule_id: ScheduleId, gateway: GatewayDep) -> Schedule:
     """It fires nothing until resumed."""
     with _answers():
-        return await producer.pause_schedule(schedule_id)
+        return await gateway.producer.pause_schedule(schedule_id)
 
 
 @router.post(
@@ -267,10 +241,10 @@ async def pause_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Sche
     dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def resume_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Schedule:
+async def resume_schedule(schedule_id: ScheduleId, gateway: GatewayDep) -> Schedule:
     """It fires again from its next tick (the ticks missed while paused are not made up)."""
     with _answers():
-        return await producer.resume_schedule(schedule_id)
+        return await gateway.producer.resume_schedule(schedule_id)
 
 
 @router.delete(
@@ -281,8 +255,8 @@ async def resume_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Sch
     dependencies=_ONE,
     responses=_NOT_FOUND,
 )
-async def delete_schedule(schedule_id: ScheduleId, producer: ProducerDep) -> Response:
+async def delete_schedule(schedule_id: ScheduleId, gateway: GatewayDep) -> Response:
     """Remove it; the turns it submitted stay."""
     with _answers():
-        await producer.delete_schedule(schedule_id)
+        await gateway.producer.delete_schedule(schedule_id)
     return Response(status_code=204)
