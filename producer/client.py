@@ -1,70 +1,46 @@
 """Producer: submit turns, follow their events, read a session's history.
 
+``Producer`` holds the turn's path (``submit``, ``subscribe``, ``cancel``, ``undo``) and
+the sessions, schedules and turn lookups it delegates to their modules; its parts live
+beside it: ``base`` (connections and shared steps), ``approvals`` (decisions on waiting
+tool calls), ``history`` (conversations, branches, session metadata) and ``handles``
+(``TurnHandle``, what ``submit`` returns).
+
 The producer reaches workers only through the broker and Redis: it never
 imports ``worker``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, TypeVar, overload
-
-from pydantic import BaseModel, ValidationError
-from redis.asyncio import Redis
+from typing import Any
 
 from reactq.producer import schedules, sessions
-from reactq.producer.documents import LongTermStore
+from reactq.producer.approvals import ApprovalsMixin
+from reactq.producer.handles import TurnHandle
+from reactq.producer.history import HistoryMixin
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
-from reactq.shared.audit import AuditedBus, AuditSink, DeferredAuditSink, audit_sink_for
-from reactq.shared.audit_spill import AuditSpill
-from reactq.shared.bus_redis import RedisEventBus
 from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart, ImagePart
 from reactq.shared.errors import (
     AgentMismatchError,
-    ApprovalNotFoundError,
     ConfigError,
     InvalidMessageError,
-    InvalidOutputError,
     InvalidTurnError,
     TurnRejectedError,
     UnknownAgentError,
 )
-from reactq.shared.events import (
-    ApprovalDecidedEvent,
-    Event,
-    FileChangeEvent,
-    FinalEvent,
-    QueuedEvent,
-)
-from reactq.shared.file_undo import (
-    UndoError,
-    UndoReport,
-    describe_changes,
-    discard_turn_files,
-    revert_turn,
-)
-from reactq.shared.keys import Keys
-from reactq.shared.messages import MAX_SEQUENCE, ChatMessage
+from reactq.shared.events import Event, QueuedEvent
+from reactq.shared.file_undo import UndoError, UndoReport, discard_turn_files, revert_turn
 from reactq.shared.netcheck import AllowList
 from reactq.shared.protocol import endings
-from reactq.shared.protocol.approvals import Approvals, DecideOutcome, PendingApproval
-from reactq.shared.protocol.children import Children
 from reactq.shared.protocol.control import CancelMode, notify_cancel
-from reactq.shared.protocol.dispatch import BROKER_ERRORS, Dispatcher
 from reactq.shared.protocol.outcomes import CancelOutcome, CancelResult, SubmitStatus
-from reactq.shared.protocol.queue import SessionQueue
-from reactq.shared.protocol.workers import WorkerRegistry
-from reactq.shared.redis_client import connect
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
-from reactq.shared.state import BranchInfo, SessionPage, SessionUsage, StateStore, open_store
-from reactq.shared.state.todo_store import TodoItem
 from reactq.shared.tenancy import TenantIdentity
-from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides, check_text
+from reactq.shared.turn_inputs import check_context, check_metadata, check_overrides
 from reactq.shared.turns import (
     MultitaskStrategy,
     TurnRequest,
@@ -72,10 +48,7 @@ from reactq.shared.turns import (
     check_message,
     validate_session_id,
 )
-from reactq.shared.webhooks import Webhooks, check_url
-from reactq.shared.workspace import FileChange
-
-log = logging.getLogger("reactq.producer")
+from reactq.shared.webhooks import check_url
 
 # A turn in these states may still change files: undo waits for its end.
 _UNFINISHED = frozenset(
@@ -87,40 +60,8 @@ _UNFINISHED = frozenset(
     }
 )
 
-__all__ = [
-    "CancelResult",
-    "DecideOutcome",
-    "PendingApproval",
-    "Producer",
-    "SessionDeleted",
-    "SessionDetail",
-    "SessionUsage",
-    "TurnHandle",
-    "TurnInfo",
-]
 
-
-def _decisions(
-    decisions: Mapping[str, bool | str], notes: Mapping[str, str] | None = None
-) -> dict[str, tuple[bool, str | None]]:
-    """``{call_id: True | False | "reason"}`` as ``{call_id: (approved, reason)}`` (an
-    approval's reason is its note, if any)."""
-    if not isinstance(decisions, Mapping) or not decisions:
-        raise ApprovalNotFoundError("give at least one decision: {call_id: True | False | reason}")
-    out: dict[str, tuple[bool, str | None]] = {}
-    for call_id, value in decisions.items():
-        if not isinstance(call_id, str) or not call_id:
-            raise ApprovalNotFoundError(f"a call id must be a non-empty string, got {call_id!r}")
-        if isinstance(value, bool):
-            out[call_id] = (value, (notes or {}).get(call_id) if value else None)
-        elif isinstance(value, str):
-            out[call_id] = (False, value)  # a reason is a denial
-        else:
-            raise ApprovalNotFoundError(
-                f"the decision on {call_id!r} must be True, False or a reason, got {value!r:.60}",
-                call_id=call_id,
-            )
-    return out
+__all__ = ["Producer"]
 
 
 def _check_text(message: str) -> None:
@@ -133,146 +74,8 @@ def _check_text(message: str) -> None:
         ) from None
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-REPLAY_BEFORE_QUEUED_MS = 5000
-"""How far before its ``queued`` event a handle reads the stream for its turn's events."""
-
-
-def _before(stream_id: str | None) -> str:
-    """A stream id ``REPLAY_BEFORE_QUEUED_MS`` before ``stream_id`` ("0" without one)."""
-    if not stream_id:
-        return "0"
-    ms = int(stream_id.partition("-")[0])
-    return f"{max(ms - REPLAY_BEFORE_QUEUED_MS, 0)}-0"
-
-
-class TurnHandle:
-    """A submitted turn: its id, its events and its outcome."""
-
-    def __init__(self, producer: Producer, turn: TurnRequest, queued: QueuedEvent) -> None:
-        self.producer = producer
-        self.turn_id = turn.turn_id
-        self.session_id = turn.session_id
-        self.queued = queued
-        self._final: FinalEvent | None = None
-
-    async def events(self) -> AsyncIterator[Event]:
-        """This turn's events, from its ``queued`` event to its ``final``.
-
-        Replays from the stream, so it never misses an event however late it is
-        called.
-        """
-        yield self.queued
-        # From a little before `queued`: a worker may take the turn between its push and
-        # the producer's `queued` (one round trip), and publish its `started` first.
-        async for event in self.producer.subscribe(self.session_id, after=_before(self.queued.id)):
-            if event.turn_id != self.turn_id or event.id == self.queued.id:
-                continue
-            yield event
-            if isinstance(event, FinalEvent):
-                self._final = event
-                return
-
-    async def result(self, timeout: float | None = None) -> FinalEvent:
-        """Wait for the turn's FinalEvent (``.text``, ``.status``)."""
-        if self._final is not None:
-            return self._final
-
-        async def wait() -> FinalEvent:
-            async for event in self.events():
-                if isinstance(event, FinalEvent):
-                    return event
-            raise RuntimeError("the event stream ended before the turn's final event")
-
-        self._final = await asyncio.wait_for(wait(), timeout)
-        return self._final
-
-    @overload
-    async def output(
-        self, output_type: None = None, timeout: float | None = None
-    ) -> dict[str, Any]: ...
-    @overload
-    async def output(self, output_type: type[M], timeout: float | None = None) -> M: ...
-    async def output(
-        self, output_type: type[M] | None = None, timeout: float | None = None
-    ) -> M | dict[str, Any]:
-        """Wait for the turn's structured answer (an agent with ``output_type``): as
-        ``output_type`` (a pydantic model class), else as the JSON object.
-        InvalidOutputError when the turn ended without one (its status and code say
-        why) or the object does not fit ``output_type``."""
-        return typed_output(await self.result(timeout), output_type)
-
-
-def typed_output(final: FinalEvent, output_type: type[M] | None) -> M | dict[str, Any]:
-    """``final.output`` as ``output_type`` (or the object itself when None);
-    InvalidOutputError when the turn ended without one, or it does not fit."""
-    if final.output is None:
-        raise InvalidOutputError(
-            f"turn {final.turn_id} ended with status {final.status} and no structured "
-            f"output (code {final.code or 'none'}): {final.text[:200]}",
-            status=str(final.status),
-            turn_code=final.code,
-        )
-    if output_type is None:
-        return final.output
-    try:
-        return output_type.model_validate(final.output)
-    except ValidationError as exc:
-        raise InvalidOutputError(
-            f"turn {final.turn_id}'s output does not fit {output_type.__name__}: {exc}"
-        ) from None
-
-
-class Producer:
+class Producer(ApprovalsMixin, HistoryMixin):
     """Puts turns on the pool's queues and reads their events and history."""
-
-    def __init__(self, settings: Settings | None = None, *, redis: Redis | None = None) -> None:
-        self.settings = settings or Settings.from_env()
-        self.keys = Keys.for_settings(self.settings)
-        self._owns_redis = redis is None
-        # Each live subscriber blocks on a connection: wait for one rather than fail.
-        self.redis = redis or connect(self.settings.redis_url, 512, blocking=True)
-        # What the audit log cannot take while the database is away waits in Redis
-        # for a worker to write it (``shared/audit_spill.py``).
-        self._spill = AuditSpill(self.redis, self.keys, self.settings.audit_spill_max_rows)
-        self.bus = RedisEventBus(
-            self.redis,
-            self.keys,
-            maxlen=self.settings.event_maxlen,
-            ttl_seconds=self.settings.event_ttl_seconds,
-        )
-        self.publisher = AuditedBus(
-            self.bus, DeferredAuditSink(self._recording_sink, self._spill), close_sink=False
-        )
-        """What the producer publishes (``queued``, the finals of turns that never ran,
-        decisions) goes to the stream and, like the workers' events, to the audit log."""
-        self.queue = SessionQueue(
-            self.redis,
-            self.keys,
-            self.settings.session_meta_ttl_seconds,
-            dispatch_grace_seconds=self.settings.lease_ttl_seconds,
-        )
-        self.approvals = Approvals(self.redis, self.keys, self.settings.session_meta_ttl_seconds)
-        self.registry = WorkerRegistry(self.redis, self.keys)
-        self.dispatcher = Dispatcher(self.settings)
-        self.webhooks = Webhooks(self.redis, self.keys, self.settings)
-        self.children = Children(
-            self.redis,
-            self.keys,
-            self.queue,
-            self.publisher,
-            self._dispatch_if_work,
-            meta_ttl_seconds=self.settings.session_meta_ttl_seconds,
-            dispatch_grace_seconds=self.settings.lease_ttl_seconds,
-        )
-        self._store: StateStore | None = None
-        self.store = LongTermStore(self.state_store)
-        """The long-term store (``put``, ``get``, ``delete``, ``search`` of namespaced JSON
-        documents); ``await producer.state_store()`` is the state store itself."""
-        self._store_lock = asyncio.Lock()
-        self._audit: AuditSink | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Producer:
@@ -284,16 +87,6 @@ class Producer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    async def close(self) -> None:
-        """Release connections."""
-        if self._audit is not None:
-            await self._audit.close()  # the store it shares stays open until here
-        if self._store is not None:
-            await self._store.close()
-        if self._owns_redis:
-            await self.redis.aclose()
-        await self.dispatcher.close()
 
     async def submit(
         self,
@@ -467,58 +260,6 @@ class Producer:
             )
         await check_url(url, AllowList(self.settings.webhook_allow_hosts))
 
-    async def _ended(self, final: FinalEvent) -> None:
-        """A turn ended here (it never ran, or waited parked): settle its delegations,
-        enqueue its webhook, if it has one."""
-        await self.children.ended(final)
-        try:
-            await self.webhooks.ended(final, self.dispatcher.webhook)
-        except Exception:
-            # The turn has ended, whatever: its caller learns of a lost delivery from
-            # the turn's status (no attempts), and the log says why.
-            log.exception("turn %s: could not enqueue its webhook", final.turn_id)
-
-    async def approve(
-        self, turn_id: str, call_id: str, note: str | None = None, *, by: str | None = None
-    ) -> DecideOutcome:
-        """Approve a waiting tool call: it runs when the turn resumes. See ``decide``."""
-        return await self._decide(turn_id, {call_id: (True, note)}, by)
-
-    async def deny(
-        self, turn_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
-    ) -> DecideOutcome:
-        """Deny a waiting tool call: the model reads a tool error carrying ``reason``."""
-        return await self._decide(turn_id, {call_id: (False, reason)}, by)
-
-    async def decide(
-        self,
-        turn_id: str,
-        decisions: Mapping[str, bool | str],
-        *,
-        notes: Mapping[str, str] | None = None,
-        by: str | None = None,
-    ) -> DecideOutcome:
-        """Decide several waiting calls at once, all or none: ``{call_id: True}``
-        approves, ``False`` denies, a string denies with that reason; ``notes`` adds a
-        note to an approval.
-
-        Each decision is published as an ``approval_decided`` event naming ``by``
-        (``producer`` by default). When every waiting call of the turn has one, the
-        turn resumes on a free worker. Raises ApprovalNotFoundError (unknown turn or
-        call), ApprovalClosedError (the turn waits for nothing: finished, running,
-        queued) or DecisionConflictError (a call was decided already; of two racing
-        deciders exactly one wins), InvalidTextError (a reason, note or ``by`` UTF-8
-        cannot carry).
-        """
-        check_text({"decisions": decisions, "notes": notes, "by": by}, "")
-        return await self._decide(turn_id, _decisions(decisions, notes), by)
-
-    async def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
-        """The tool calls waiting for a decision, of one session or of every session."""
-        if session_id is not None:
-            validate_session_id(session_id)
-        return await self.approvals.pending(session_id)
-
     async def agents(self) -> list[AgentInfo]:
         """The agents workers announced, by name (``live``: a worker hosting it beat
         within ``REACTQ_HEARTBEAT_SECONDS``); one for each definition (config version)
@@ -537,162 +278,15 @@ class Producer:
             )
         return catalogue
 
-    async def _decide(
-        self, turn_id: str, decisions: dict[str, tuple[bool, str | None]], by: str | None
-    ) -> DecideOutcome:
-        session_id = await self.queue.session_of(turn_id)
-        if session_id is None:
-            raise ApprovalNotFoundError(f"turn {turn_id} is unknown", turn_id=turn_id)
-        decider = by or "producer"
-        outcome = await self.approvals.decide(session_id, turn_id, decisions, decider)
-        for decision in outcome.decided:
-            await self.publisher.publish(
-                ApprovalDecidedEvent(
-                    session_id=session_id,
-                    turn_id=turn_id,
-                    attempt=0,
-                    call_id=decision.call_id,
-                    approved=decision.approved,
-                    reason=decision.reason,
-                    by=decision.by,
-                )
-            )
-        if outcome.ready:
-            await self._dispatch_if_work(session_id)
-        return outcome
-
-    async def _dispatch_if_work(self, session_id: str) -> None:
-        agent = await self.queue.session_agent(session_id)
-        if agent is not None and await self.queue.has_work(session_id):
-            await self._dispatch(session_id, agent)
-
-    async def _dispatch(self, session_id: str, agent: str) -> None:
-        """Send the session's drain; with the broker unreachable, only warn."""
-        try:
-            await self.dispatcher.drain(session_id, agent)
-        except BROKER_ERRORS as exc:
-            # The turns are safe in Redis and the session has a dispatch deadline (the
-            # lease TTL): a worker's reaper dispatches it once the broker answers.
-            # Raising would tell the caller the turn failed while it will still run.
-            log.warning(
-                "session %s: its turn is queued, but the Celery broker is unreachable (%s); "
-                "a worker's reaper dispatches it once the broker is back",
-                session_id,
-                exc,
-            )
-
     def subscribe(self, session_id: str, after: str | None = None) -> AsyncIterator[Event]:
         """A session's events: ``after=None`` live only, ``"0"`` from the start, or an id."""
         validate_session_id(session_id)
         return self.bus.subscribe(session_id, after=after)
 
-    async def state_store(self) -> StateStore:
-        """The shared state store (opened on first use): conversations, turns, sessions.
-        ``producer.store`` is the long-term store of documents, not this."""
-        async with self._store_lock:
-            if self._store is None:
-                self._store = await open_store(
-                    self.settings.database_url, namespace=self.settings.namespace
-                )
-        return self._store
-
-    async def history(self, session_id: str, branch: str | None = None) -> list[ChatMessage]:
-        """Every message of the session's conversation (its active branch, or
-        ``branch``), oldest first; each carries its 1-based ``sequence``."""
-        validate_session_id(session_id)
-        return await (await self.state_store()).get_messages(session_id, branch)
-
-    async def fork(
-        self,
-        session_id: str,
-        from_sequence: int,
-        *,
-        branch: str | None = None,
-        new_branch: str | None = None,
-        activate: bool = True,
-    ) -> str:
-        """Start a branch keeping messages 1..``from_sequence`` of ``branch`` (the active
-        one by default); it becomes the active branch, so the next turn submitted runs
-        on it ("edit a turn" is fork, then submit). Returns the new branch's id."""
-        validate_session_id(session_id)
-        return await (await self.state_store()).fork(
-            session_id,
-            from_sequence,
-            branch_id=branch,
-            new_branch_id=new_branch,
-            activate=activate,
-        )
-
-    async def branches(self, session_id: str) -> list[BranchInfo]:
-        """The session's branches, oldest first (which one is active, their lengths)."""
-        validate_session_id(session_id)
-        return await (await self.state_store()).list_branches(session_id)
-
-    async def switch_branch(self, session_id: str, branch_id: str) -> None:
-        """Make ``branch_id`` the session's active branch (for the turns that start next)."""
-        validate_session_id(session_id)
-        await (await self.state_store()).switch_branch(session_id, branch_id)
-
-    async def truncate(
-        self, session_id: str, after_sequence: int, *, branch: str | None = None
-    ) -> None:
-        """Hard-delete the messages after ``after_sequence`` of ``branch`` (the active one
-        by default). Inherited messages stay, and a branch forked inside the cut keeps its
-        history; a no-op on an unknown session or branch (see ``StateStore.truncate_after``)."""
-        validate_session_id(session_id)
-        # No message sits past MAX_SEQUENCE: a cut there is one at the end, which a SQL
-        # column could not even compare with.
-        after_sequence = min(after_sequence, MAX_SEQUENCE)
-        await (await self.state_store()).truncate_after(session_id, after_sequence, branch)
-
-    async def list_sessions(
-        self,
-        *,
-        agent: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        updated_since: float | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """Stored sessions, newest first, a page at a time: those of ``agent``, whose
-        metadata holds every key of ``metadata`` with that value, written since
-        ``updated_since`` (Unix time). Pass a page's ``next_cursor`` as ``cursor``."""
-        return await (await self.state_store()).list_sessions(
-            agent=agent,
-            metadata=metadata,
-            updated_since=updated_since,
-            limit=limit,
-            cursor=cursor,
-        )
-
     async def get_session(self, session_id: str) -> SessionDetail | None:
         """A session's agent, active branch, message count, turns, last turn, token
         usage and metadata; None when the state store does not have it."""
         return await sessions.session_detail(self, session_id)
-
-    async def update_session_metadata(
-        self, session_id: str, patch: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Merge ``patch`` into the session's metadata (a key set to None is removed);
-        returns the result. SessionNotFoundError for a session the store lacks;
-        InvalidMetadataError for a patch that is not a JSON object UTF-8 can carry
-        (nothing is stored)."""
-        validate_session_id(session_id)
-        check_metadata(patch)
-        return await (await self.state_store()).update_metadata(session_id, patch)
-
-    async def usage(self, session_id: str) -> SessionUsage:
-        """The session's token and cost totals over its committed turns, as the state
-        store keeps them (what ``session_max_tokens`` / ``session_max_cost`` check);
-        zeros for a session the store does not have."""
-        validate_session_id(session_id)
-        return await (await self.state_store()).session_usage(session_id)
-
-    async def todos(self, session_id: str) -> list[TodoItem]:
-        """The session's todo list (``reactq.bundles.todos``), in order, as the agent
-        last wrote it; [] when it has none."""
-        validate_session_id(session_id)
-        return await (await self.state_store()).get_todos(session_id)
 
     async def session_turns(self, session_id: str) -> list[TurnInfo]:
         """The session's turns, oldest first: status, attempt, final, usage and times."""
@@ -765,18 +359,6 @@ class Producer:
         if not await (await schedules.schedule_store(self)).delete(schedule_id):
             raise schedules.not_found(schedule_id)
 
-    async def audit_log(self) -> AuditSink | None:
-        """The audit log beside the state store (None when the store is not SQL)."""
-        store = await self.state_store()
-        async with self._store_lock:
-            if self._audit is None:
-                # Unbatched: a producer may exit right after a submit returns.
-                self._audit = audit_sink_for(store, batch=False, spill=self._spill)
-        return self._audit
-
-    async def _recording_sink(self) -> AuditSink | None:
-        return await self.audit_log() if self.settings.audit else None
-
     async def turn_events(self, turn_id: str) -> list[Event]:
         """Every event of a turn (all attempts, whoever published it) from the audit log,
         in stream order, long after its Redis stream expired. Needs a SQL state store
@@ -811,17 +393,6 @@ class Producer:
         )
         await self._publish_reverts(report.session_id, turn_id, changes)
         return report
-
-    async def _publish_reverts(
-        self, session_id: str, turn_id: str, changes: Sequence[FileChange]
-    ) -> None:
-        """A ``file_change`` event for each file a revert put back, as a worker's revert
-        publishes them: through the publisher, so the audit log has them too. Attempt 0,
-        as the producer's other events of a turn: no run of the turn made them."""
-        for fields in describe_changes(changes):
-            await self.publisher.publish(
-                FileChangeEvent(session_id=session_id, turn_id=turn_id, attempt=0, **fields)
-            )
 
     async def turn_status(self, turn_id: str) -> TurnStatus | None:
         """A turn's status: from Redis while it remembers the turn, then from the state

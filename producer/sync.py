@@ -22,23 +22,18 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
-from reactq.producer.client import (
-    CancelResult,
-    DecideOutcome,
-    PendingApproval,
-    Producer,
-    SessionDeleted,
-    SessionDetail,
-    TurnHandle,
-    TurnInfo,
-    typed_output,
-)
+from reactq.producer.client import Producer
 from reactq.producer.documents import SyncLongTermStore
+from reactq.producer.handles import TurnHandle, typed_output
+from reactq.producer.sessions import SessionDeleted, SessionDetail
+from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.catalogue import AgentInfo, AgentTools
 from reactq.shared.content import ContentPart
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.file_undo import UndoReport
 from reactq.shared.messages import ChatMessage
+from reactq.shared.protocol.approvals import DecideOutcome, PendingApproval
+from reactq.shared.protocol.outcomes import CancelResult
 from reactq.shared.schedules import Schedule
 from reactq.shared.settings import Settings
 from reactq.shared.state import BranchInfo, SessionPage, SessionUsage

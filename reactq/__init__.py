@@ -22,19 +22,12 @@ from typing import TYPE_CHECKING, Any
 from reactq.shared.lazy import LazyExports
 
 if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for type checkers
-    from reactq.producer.client import (
-        CancelResult,
-        DecideOutcome,
-        PendingApproval,
-        Producer,
-        SessionDeleted,
-        SessionDetail,
-        SessionUsage,
-        TurnHandle,
-        TurnInfo,
-    )
+    from reactq.producer.client import Producer
     from reactq.producer.documents import Document, DocumentPage
+    from reactq.producer.handles import TurnHandle
+    from reactq.producer.sessions import SessionDeleted, SessionDetail
     from reactq.producer.sync import SyncProducer, SyncTurnHandle
+    from reactq.producer.turn_lookup import TurnInfo
     from reactq.shared.catalogue import AgentInfo, AgentTools, ToolCategory, ToolInfo
     from reactq.shared.content import ContentPart, ImagePart, TextPart
     from reactq.shared.errors import (
@@ -137,8 +130,11 @@ if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for 
         UndoReport,
     )
     from reactq.shared.messages import ChatMessage, ToolCall
+    from reactq.shared.protocol.approvals import DecideOutcome, PendingApproval
+    from reactq.shared.protocol.outcomes import CancelResult
     from reactq.shared.schedules import Schedule
     from reactq.shared.settings import Settings
+    from reactq.shared.state.base import SessionUsage
     from reactq.shared.state.todo_store import TodoItem
     from reactq.shared.tenancy import TenantIdentity
     from reactq.shared.turns import MultitaskStrategy, TurnStatus
@@ -370,11 +366,12 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
 _EXPORTS = LazyExports(
     __name__,
     {
-        "reactq.producer.client": """
-            CancelResult DecideOutcome PendingApproval Producer SessionDeleted SessionDetail
-            SessionUsage TurnHandle TurnInfo""",
+        "reactq.producer.client": "Producer",
         "reactq.producer.documents": "Document DocumentPage",
+        "reactq.producer.handles": "TurnHandle",
+        "reactq.producer.sessions": "SessionDeleted SessionDetail",
         "reactq.producer.sync": "SyncProducer SyncTurnHandle",
+        "reactq.producer.turn_lookup": "TurnInfo",
         "reactq.shared.catalogue": "AgentInfo AgentTools ToolCategory ToolInfo",
         "reactq.shared.content": "ContentPart ImagePart TextPart",
         "reactq.shared.errors": """
@@ -401,8 +398,11 @@ _EXPORTS = LazyExports(
         "reactq.shared.file_undo": """
             AlreadyUndoneError NothingToUndoError UndoConflictError UndoError UndoReport""",
         "reactq.shared.messages": "ChatMessage ToolCall",
+        "reactq.shared.protocol.approvals": "DecideOutcome PendingApproval",
+        "reactq.shared.protocol.outcomes": "CancelResult",
         "reactq.shared.schedules": "Schedule",
         "reactq.shared.settings": "Settings",
+        "reactq.shared.state.base": "SessionUsage",
         "reactq.shared.state.todo_store": "TodoItem",
         "reactq.shared.tenancy": "TenantIdentity",
         "reactq.shared.turns": "MultitaskStrategy TurnStatus",
