@@ -42,6 +42,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
 
+from reactq.producer.gateway import agent_protocol
 from reactq.producer.gateway.deps import GUARDS
 from reactq.producer.gateway.errors import (
     ERROR_RESPONSES,
@@ -66,7 +67,7 @@ from reactq.shared.settings import Settings
 
 __all__ = ["GUARDED_PATHS", "ROUTERS", "app_from_env", "create_app"]
 
-GUARDED_PATHS = ("/v1", "/metrics")
+GUARDED_PATHS = ("/v1", "/metrics", *agent_protocol.PREFIXES)
 """Paths that want an API key (when keys are configured)."""
 
 ROUTERS: list[APIRouter] = [
@@ -108,6 +109,8 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix="/v1", dependencies=GUARDS, responses=ERROR_RESPONSES)
+    for router in agent_protocol.ROUTERS:
+        app.include_router(router, dependencies=GUARDS, responses=ERROR_RESPONSES)
     app.include_router(health.router)
     app.include_router(page.router)
     check_declared(app)

@@ -1,0 +1,9 @@
+"""The Agent Protocol's threads (see the package's docstring)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["agent-protocol"])
