@@ -1,0 +1,267 @@
+"""Issue 31: the Agent Protocol's assistants, store and crons on a real ``reactq serve``,
+driven by LangGraph's own client (``langgraph_sdk``, sync and async), unmodified.
+
+No worker runs: the agents are announced in the registry as a worker would (an
+assistant is an announced agent), and no beat fires a cron here (a cron is a reactq
+schedule: tests/test_schedules_beat.py fires those).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client, get_sync_client
+from langgraph_sdk.client import SyncLangGraphClient
+
+from reactq import Producer
+from reactq.producer.gateway.agent_protocol.assistants import assistant_id_of
+from reactq.shared.protocol.workers import AgentProfile
+from reactq.shared.settings import Settings
+from tests.gateway_support import Gateway, start_gateway
+
+pytestmark = pytest.mark.e2e
+
+KEYS = {"admin": "admin-key", "acme": "acme-key", "acme_ag": "ag-key"}
+API_KEYS = "admin:admin-key,acme:acme-key;prefix=acme-,acmeag:ag-key;prefix=acme-;agents=beta"
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("ap-side")
+    env = {
+        "REACTQ_REDIS_URL": redis_url,
+        "REACTQ_NAMESPACE": f"{namespace}-apside",
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
+        "REACTQ_API_KEYS": API_KEYS,
+    }
+    settings = Settings.from_env(
+        {},
+        redis_url=redis_url,
+        namespace=env["REACTQ_NAMESPACE"],
+        database_url=env["REACTQ_DATABASE_URL"],
+    )
+
+    async def announce() -> None:
+        async with Producer(settings) as p:
+            profiles = {"alpha": AgentProfile(config_version="cv-alpha-1")}
+            await p.registry.register_agents(["alpha", "beta"], "test-registry", profiles)
+
+    asyncio.run(announce())
+    with start_gateway(env, Path(tmp), KEYS["admin"]) as gw:
+        yield gw
+
+
+class Clients:
+    """LangGraph's sync clients of the gateway, one a key, closed after the test."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.made: list[SyncLangGraphClient] = []
+
+    def __call__(self, who: str = "admin") -> Any:
+        """LangGraph's sync client, with the key as reactq's bearer token (typed Any:
+        the SDK types a cron's creation as a Run, and its answers as optional)."""
+        client = get_sync_client(
+            url=self.gateway.url, api_key=None, headers={"Authorization": f"Bearer {KEYS[who]}"}
+        )
+        self.made.append(client)
+        return client
+
+
+@pytest.fixture
+def sdk(gateway: Gateway) -> Iterator[Clients]:
+    clients = Clients(gateway)
+    yield clients
+    for client in clients.made:
+        client.close()
+
+
+def test_assistants_search_get_count_schemas_graph(sdk: Clients, namespace: str) -> None:
+    client = sdk()
+    found = client.assistants.search()
+    assert [a["graph_id"] for a in found] == ["alpha", "beta"]
+    alpha = found[0]
+    assert alpha["assistant_id"] == assistant_id_of(f"{namespace}-apside", "alpha")
+    assert str(uuid.UUID(alpha["assistant_id"])) == alpha["assistant_id"]
+    assert alpha["name"] == "alpha" and alpha["version"] == 1
+    assert alpha["metadata"]["config_version"] == "cv-alpha-1"
+    assert alpha["created_at"] and alpha["updated_at"] and "configurable" in alpha["config"]
+
+    assert [a["graph_id"] for a in client.assistants.search(graph_id="beta")] == ["beta"]
+    assert [a["graph_id"] for a in client.assistants.search(limit=1, offset=1)] == ["beta"]
+    assert client.assistants.search(metadata={"config_version": "cv-alpha-1"}) == [alpha]
+    assert client.assistants.count() == 2
+    assert client.assistants.count(graph_id="alpha") == 1
+
+    # By its UUID or by its graph id, the same assistant.
+    assert client.assistants.get(alpha["assistant_id"]) == alpha
+    assert client.assistants.get("alpha") == alpha
+    schemas = client.assistants.get_schemas("alpha")
+    assert schemas["graph_id"] == "alpha"
+    assert "messages" in schemas["state_schema"]["properties"]
+    assert schemas["input_schema"]["properties"]["messages"]["type"] == "array"
+    graph = client.assistants.get_graph(alpha["assistant_id"])
+    assert {n["id"] for n in graph["nodes"]} >= {"agent", "tools"}
+
+    with pytest.raises(httpx.HTTPStatusError) as missing:
+        client.assistants.get("nobody")
+    assert missing.value.response.status_code == 404
+    assert missing.value.response.json()["code"] == "assistant_not_found"
+
+
+def test_a_key_limited_to_some_agents_sees_their_assistants_only(sdk: Clients) -> None:
+    client = sdk("acme_ag")
+    assert [a["graph_id"] for a in client.assistants.search()] == ["beta"]
+    assert client.assistants.count() == 1
+    with pytest.raises(httpx.HTTPStatusError) as hidden:
+        client.assistants.get("alpha")
+    assert hidden.value.response.status_code == 404
+
+
+async def test_store_put_get_search_delete_with_the_async_client(gateway: Gateway) -> None:
+    async with get_client(
+        url=gateway.url, api_key=None, headers={"Authorization": f"Bearer {KEYS['admin']}"}
+    ) as client:
+        await _store_round_trip(gateway, client)
+
+
+async def _store_round_trip(gateway: Gateway, client: Any) -> None:
+    space = ["acme-notes", uuid.uuid4().hex[:8]]
+    await client.store.put_item(space, "k1", {"title": "one", "tier": 1})
+    await client.store.put_item(space, "k2", {"title": "two", "tier": 2})
+    await client.store.put_item(space, "k3", {"title": "three", "tier": 2})
+
+    item = await client.store.get_item(space, "k1")
+    assert item["namespace"] == space and item["key"] == "k1"
+    assert item["value"] == {"title": "one", "tier": 1}
+    assert item["created_at"] and item["updated_at"]
+
+    found = await client.store.search_items(space)
+    assert [i["key"] for i in found["items"]] == ["k1", "k2", "k3"]
+    tier2 = await client.store.search_items(space, filter={"tier": 2}, limit=1, offset=1)
+    assert [i["key"] for i in tier2["items"]] == ["k3"]
+    # query (semantic search) is ignored: every item the filter keeps is returned.
+    assert len((await client.store.search_items(space, query="anything"))["items"]) == 3
+
+    await client.store.delete_item(space, "k1")
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        await client.store.get_item(space, "k1")
+    assert gone.value.response.status_code == 404
+    # The same documents as /v1/store's.
+    with gateway.client() as http:
+        assert http.get(f"/v1/store/{'.'.join(space)}/k2").json()["value"]["title"] == "two"
+
+    with pytest.raises(httpx.HTTPStatusError) as bad:
+        await client.store.put_item(["bad ns"], "k", {"v": 1})
+    assert bad.value.response.status_code == 422
+    with pytest.raises(httpx.HTTPStatusError) as not_yet:
+        await client.store.list_namespaces(prefix=["acme-notes"])
+    assert not_yet.value.response.status_code == 501
+
+
+def test_a_tenants_key_reaches_its_namespaces_only(sdk: Clients) -> None:
+    tag = uuid.uuid4().hex[:8]
+    admin, acme = sdk(), sdk("acme")
+    admin.store.put_item(["globex-notes", tag], "secret", {"v": 1})
+    acme.store.put_item(["acme-notes", tag], "ours", {"v": 2})
+
+    assert acme.store.get_item(["acme-notes", tag], "ours")["value"] == {"v": 2}
+    with pytest.raises(httpx.HTTPStatusError) as hidden:
+        acme.store.get_item(["globex-notes", tag], "secret")
+    assert hidden.value.response.status_code == 404
+    assert acme.store.search_items(["globex-notes", tag])["items"] == []
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        acme.store.put_item(["globex-notes", tag], "mine", {"v": 3})
+    assert refused.value.response.status_code == 404
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        acme.store.delete_item(["globex-notes", tag], "secret")
+    assert refused.value.response.status_code == 404
+    assert admin.store.get_item(["globex-notes", tag], "secret")["value"] == {"v": 1}
+
+
+def test_crons_create_search_delete(gateway: Gateway, sdk: Clients) -> None:
+    client = sdk()
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    on_thread = client.crons.create_for_thread(
+        thread,
+        "alpha",
+        schedule="0 9 * * 1-5",
+        input={"messages": [{"role": "user", "content": "daily report"}]},
+        metadata={"team": "ops"},
+    )
+    assert on_thread["cron_id"].startswith("sch_") and on_thread["thread_id"] == thread
+    assert on_thread["schedule"] == "0 9 * * 1-5" and on_thread["enabled"] is True
+    assert on_thread["payload"]["input"]["messages"][0]["content"] == "daily report"
+    assert on_thread["metadata"] == {"team": "ops"} and on_thread["next_run_date"]
+
+    stateless = client.crons.create(
+        "beta", schedule="*/5 * * * *", input={"messages": [{"type": "human", "content": "tick"}]}
+    )
+    assert stateless["thread_id"] and stateless["thread_id"] != thread
+
+    mine = client.crons.search(thread_id=thread)
+    assert [c["cron_id"] for c in mine] == [on_thread["cron_id"]]
+    betas = {c["cron_id"] for c in client.crons.search(assistant_id="beta", limit=100)}
+    assert stateless["cron_id"] in betas and on_thread["cron_id"] not in betas
+
+    # With the v1 API, the same schedule.
+    with gateway.client() as http:
+        shown = http.get(f"/v1/schedules/{on_thread['cron_id']}").json()
+        assert shown["session_id"] == thread and shown["message"] == "daily report"
+
+    client.crons.delete(on_thread["cron_id"])
+    client.crons.delete(stateless["cron_id"])
+    assert client.crons.search(thread_id=thread) == []
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        client.crons.delete(on_thread["cron_id"])
+    assert gone.value.response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"schedule": "0 9 * *"}, "body.schedule"),
+        ({"input": {"messages": []}}, "body.input"),
+        ({"assistant_id": "nobody"}, "body.assistant_id"),
+        ({"timezone": "Europe/Paris"}, "body.timezone"),
+    ],
+)
+def test_a_bad_cron_is_refused_with_a_422(
+    sdk: Clients, kwargs: dict[str, object], field: str
+) -> None:
+    client = sdk()
+    args: dict[str, object] = {
+        "assistant_id": "alpha",
+        "schedule": "0 9 * * *",
+        "input": {"messages": [{"role": "user", "content": "hi"}]},
+        **kwargs,
+    }
+    assistant = str(args.pop("assistant_id"))
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        client.crons.create(assistant, **args)
+    assert refused.value.response.status_code == 422
+    assert refused.value.response.json()["field"] == field
+
+
+def test_a_tenants_key_sees_its_crons_only(sdk: Clients) -> None:
+    admin, acme = sdk(), sdk("acme")
+    tag = uuid.uuid4().hex[:8]
+    ask = {"input": {"messages": [{"role": "user", "content": "hi"}]}}
+    theirs = admin.crons.create_for_thread(f"globex-{tag}", "alpha", schedule="0 9 * * *", **ask)
+    ours = acme.crons.create("alpha", schedule="0 9 * * *", **ask)
+    assert str(ours["thread_id"]).startswith("acme-")
+    seen = {c["cron_id"] for c in acme.crons.search(limit=1000)}
+    assert ours["cron_id"] in seen and theirs["cron_id"] not in seen
+    with pytest.raises(httpx.HTTPStatusError) as hidden:
+        acme.crons.delete(theirs["cron_id"])
+    assert hidden.value.response.status_code == 404
+    admin.crons.delete(theirs["cron_id"])
+    acme.crons.delete(ours["cron_id"])
