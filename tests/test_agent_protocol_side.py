@@ -51,7 +51,11 @@ def gateway(
 
     async def announce() -> None:
         async with Producer(settings) as p:
-            profiles = {"alpha": AgentProfile(config_version="cv-alpha-1")}
+            profiles = {
+                "alpha": AgentProfile(
+                    overridable=frozenset({"temperature"}), config_version="cv-alpha-1"
+                )
+            }
             await p.registry.register_agents(["alpha", "beta"], "test-registry", profiles)
 
     asyncio.run(announce())
@@ -115,6 +119,56 @@ def test_assistants_search_get_count_schemas_graph(sdk: Clients, namespace: str)
         client.assistants.get("nobody")
     assert missing.value.response.status_code == 404
     assert missing.value.response.json()["code"] == "assistant_not_found"
+
+
+def test_an_assistant_with_a_config_over_an_agent(sdk: Clients) -> None:
+    client, acme = sdk(), sdk("acme")
+    tag = uuid.uuid4().hex[:8]
+    made = client.assistants.create(
+        "alpha",
+        config={"configurable": {"temperature": 0.2}},
+        metadata={"tag": tag},
+        name="careful alpha",
+    )
+    assert made["graph_id"] == "alpha" and made["name"] == "careful alpha"
+    assert made["config"]["configurable"] == {"temperature": 0.2}
+    assert client.assistants.get(made["assistant_id"]) == made
+    assert client.assistants.search(metadata={"tag": tag}) == [made]
+    assert client.assistants.count(metadata={"tag": tag}) == 1
+    # Its id again: 409, unless asked to do nothing.
+    with pytest.raises(httpx.HTTPStatusError) as taken:
+        client.assistants.create("alpha", assistant_id=made["assistant_id"])
+    assert taken.value.response.status_code == 409
+    again = client.assistants.create(
+        "alpha", assistant_id=made["assistant_id"], if_exists="do_nothing"
+    )
+    assert again == made
+    # A run (here a cron) on it goes to its agent.
+    cron = client.crons.create(
+        made["assistant_id"],
+        schedule="0 9 * * *",
+        input={"messages": [{"role": "user", "content": "x"}]},
+    )
+    assert cron["assistant_id"] == assistant_id_of_alpha(client)
+    client.crons.delete(cron["cron_id"])
+    # Another tenant does not see it.
+    assert acme.assistants.search(metadata={"tag": tag}) == []
+
+    for config, code in (
+        ({"configurable": {"model": "other"}}, "override_not_allowed"),
+        ({"configurable": {"temperature": "hot"}}, "invalid_override"),
+    ):
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            client.assistants.create("alpha", config=config)
+        assert refused.value.response.status_code == 422
+        assert refused.value.response.json()["code"] == code
+    with pytest.raises(httpx.HTTPStatusError) as unknown:
+        client.assistants.create("nobody")
+    assert unknown.value.response.status_code == 422
+
+
+def assistant_id_of_alpha(client: Any) -> str:
+    return str(client.assistants.get("alpha")["assistant_id"])
 
 
 def test_a_key_limited_to_some_agents_sees_their_assistants_only(sdk: Clients) -> None:

@@ -1,6 +1,7 @@
 """The Agent Protocol's assistants: one per agent the pool hosts (see the package's
 docstring)::
 
+    POST /assistants                         an assistant with a config over an agent  409 422
     POST /assistants/search                  by graph_id, name, metadata; limit, offset
     POST /assistants/count                   how many the same filters match
     GET  /assistants/{assistant_id}          one                                   404
@@ -12,29 +13,45 @@ the agent's name), its ``graph_id`` the agent's name; either names it in a path 
 run (``choose``). The answers come from the worker registry, as ``GET /v1/agents``'s
 do: a key limited to some agents (``agents=``) sees those only, and any other
 answers 404 as if no worker hosted it.
+
+``POST /assistants`` makes an assistant over a hosted agent with a config: its
+``config.configurable`` and ``context`` are the turn overrides the agent allows
+(``Agent(overridable=...)``: else 422), sent with every run on it (``choose``). It is
+kept in the long-term store (namespace ``reactq:assistants``, a document by
+assistant id, beside the tenant that made it): a tenant's key sees the assistants
+its tenant made, and the hosted ones.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep
-from reactq.producer.gateway.errors import GatewayError
+from reactq.producer.gateway.errors import GatewayError, state_store_errors
 from reactq.producer.gateway.models import ErrorBody
 from reactq.producer.gateway.scopes import Scoped, Touches, listing
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
 from reactq.shared.catalogue import AgentInfo
+from reactq.shared.errors import InvalidOverrideError, OverrideNotAllowedError
+from reactq.shared.state.document_store import MAX_SEARCH_LIMIT, Document
+from reactq.shared.turn_inputs import check_overrides
 
 __all__ = ["Assistant", "AssistantChoice", "assistant_id_of", "choose", "router"]
 
 router = APIRouter(tags=["agent-protocol: assistants"])
+
+# Where made assistants are kept: ``:`` starts no tenant's prefix a key is likely to
+# have, so no tenant's /v1/store key reaches them.
+STORE_NAMESPACE = "reactq:assistants"
+"""The long-term store namespace of the assistants ``POST /assistants`` made."""
 
 # Fixed forever: an assistant's id must not change between releases.
 _ID_NAMESPACE = uuid.UUID("6f1c1e2a-7d3b-5c0e-9a41-2b8f0d6e4c17")
@@ -112,6 +129,29 @@ class AssistantCount(BaseModel):
     """Assistants whose metadata holds each of these pairs."""
 
 
+class AssistantCreate(BaseModel):
+    """``POST /assistants``: an assistant over a hosted agent, with a config."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    graph_id: str = Field(max_length=128)
+    """The hosted agent it runs (its name, or a hosted assistant's UUID)."""
+    assistant_id: str | None = Field(None, pattern=r"^[A-Za-z0-9._:@+-]{1,128}$")
+    """Its id (a fresh UUID when none)."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """``{"configurable": {...}}``: overrides the agent allows (``temperature``...)."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """More overrides, as ``configurable``'s (these win)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Its metadata, searchable."""
+    name: str | None = Field(None, max_length=200)
+    """Its name (the agent's when none)."""
+    description: str | None = Field(None, max_length=2000)
+    """What it is."""
+    if_exists: str = Field("raise", pattern=r"^(raise|do_nothing)$")
+    """``raise`` (409) or ``do_nothing`` (answer the one there) when the id is taken."""
+
+
 @dataclass(frozen=True)
 class AssistantChoice:
     """Where a run on an assistant goes: the hosted agent, and the assistant's config
@@ -143,6 +183,37 @@ def _assistant(namespace: str, info: AgentInfo) -> Assistant:
     )
 
 
+def _owner(scope: KeyScope | None) -> str:
+    return scope.prefix if scope is not None and scope.prefix is not None else ""
+
+
+def _made(document: Document) -> Assistant | None:
+    """The assistant a document keeps (None for one that is not: written by hand)."""
+    try:
+        return Assistant.model_validate(document.value["assistant"])
+    except (KeyError, ValidationError):
+        return None
+
+
+async def _made_ones(gateway: Gateway, scope: KeyScope | None) -> list[Assistant]:
+    """The assistants ``POST /assistants`` made that the key may see, in id order."""
+    with state_store_errors():
+        page = await gateway.producer.store.search(STORE_NAMESPACE, limit=MAX_SEARCH_LIMIT)
+    out = []
+    for document in page.documents:
+        made = _made(document)
+        if made is None:
+            continue
+        owner = str(document.value.get("owner", ""))
+        if scope is None or (owner.startswith(_owner(scope)) and scope.may_run(made.graph_id)):
+            out.append(made)
+    return out
+
+
+async def _all(gateway: Gateway, scope: KeyScope | None) -> list[Assistant]:
+    return [*await _hosted(gateway, scope), *await _made_ones(gateway, scope)]
+
+
 async def _hosted(gateway: Gateway, scope: KeyScope | None) -> list[Assistant]:
     """One assistant per agent name the key may see, in name order: of a name live with
     two definitions, the one announced last."""
@@ -165,10 +236,15 @@ def _matches(assistant: Assistant, body: AssistantCount | AssistantSearch) -> bo
     return all(assistant.metadata.get(k) == v for k, v in (body.metadata or {}).items())
 
 
+def _named_in(assistants: list[Assistant], assistant_id: str) -> Assistant | None:
+    """The first of ``assistants`` whose UUID or graph id is ``assistant_id``."""
+    return next((a for a in assistants if assistant_id in (a.assistant_id, a.graph_id)), None)
+
+
 async def _find(gateway: Gateway, scope: KeyScope | None, assistant_id: str) -> Assistant:
-    for assistant in await _hosted(gateway, scope):
-        if assistant_id in (assistant.assistant_id, assistant.graph_id):
-            return assistant
+    found = _named_in(await _all(gateway, scope), assistant_id)
+    if found is not None:
+        return found
     raise GatewayError(
         f"no assistant {assistant_id!r}: no worker hosts such an agent",
         status=404,
@@ -180,11 +256,30 @@ async def choose(gateway: Gateway, assistant_id: str) -> AssistantChoice:
     """The agent (and overrides) a run on ``assistant_id`` goes to: the assistant's UUID
     or its graph id (an agent's name, as LangGraph's server allows) names the agent.
     An id that is neither is taken as an agent's name, so submitting the turn refuses
-    it as an agent no worker hosts."""
-    for assistant in await _hosted(gateway, None):
-        if assistant_id in (assistant.assistant_id, assistant.graph_id):
-            return AssistantChoice(agent=assistant.graph_id)
+    it as an agent no worker hosts. An assistant ``POST /assistants`` made gives its
+    agent and its config as the overrides."""
+    hosted = _named_in(await _hosted(gateway, None), assistant_id)
+    if hosted is not None:
+        return AssistantChoice(agent=hosted.graph_id)
+    made = await _stored(gateway, assistant_id)
+    if made is not None:
+        return AssistantChoice(agent=made.graph_id, overrides=_overrides(made))
     return AssistantChoice(agent=assistant_id)
+
+
+async def _stored(gateway: Gateway, assistant_id: str) -> Assistant | None:
+    if not _KEY.fullmatch(assistant_id):
+        return None
+    with state_store_errors():
+        document = await gateway.producer.store.get(STORE_NAMESPACE, assistant_id)
+    return None if document is None else _made(document)
+
+
+_KEY = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
+
+
+def _overrides(assistant: Assistant) -> dict[str, Any]:
+    return {**assistant.config.get("configurable", {}), **assistant.context}
 
 
 # A route naming one assistant checks the key's agents itself (404, ``_find``).
@@ -200,19 +295,95 @@ Named = Annotated[Assistant, Depends(_named)]
 else 404 ``assistant_not_found``."""
 
 
+@router.post(
+    "/assistants",
+    response_model=Assistant,
+    dependencies=[listing()],
+    responses={
+        409: {"model": ErrorBody, "description": "The id is taken (``assistant_exists``)"},
+        422: {
+            "model": ErrorBody,
+            "description": "An agent no worker hosts, an override "
+            "it does not allow (``override_not_allowed``, ``invalid_override``)",
+        },
+    },
+)
+async def create_assistant(
+    body: AssistantCreate, gateway: GatewayDep, scope: ScopeDep
+) -> Assistant:
+    """An assistant over a hosted agent, its config the overrides each run on it sends."""
+    agent = await _find_agent(gateway, scope, body.graph_id)
+    assistant_id = body.assistant_id or str(uuid.uuid4())
+    existing = await _stored(gateway, assistant_id)
+    hosted = {a.assistant_id for a in await _hosted(gateway, None)}
+    if existing is not None or assistant_id in hosted:
+        if body.if_exists == "do_nothing":
+            return await _find(gateway, scope, assistant_id)
+        raise GatewayError(
+            f"an assistant {assistant_id!r} exists",
+            status=409,
+            error_code="assistant_exists",
+            field="body.assistant_id",
+        )
+    configurable = body.config.get("configurable") or {}
+    if not isinstance(configurable, dict):
+        raise GatewayError(
+            "config.configurable is an object",
+            status=422,
+            error_code="invalid_override",
+            field="body.config",
+        )
+    profile = await gateway.producer.registry.agent_profile(agent.graph_id)
+    allowed = profile.overridable if profile is not None else frozenset()
+    try:
+        check_overrides({**configurable, **body.context}, allowed, agent.graph_id)
+    except (OverrideNotAllowedError, InvalidOverrideError) as exc:
+        raise GatewayError(
+            exc.message, status=422, error_code=exc.code, field="body.config"
+        ) from None
+    now = datetime.now(UTC)
+    made = Assistant(
+        assistant_id=assistant_id,
+        graph_id=agent.graph_id,
+        name=body.name or agent.graph_id,
+        description=body.description,
+        config={**body.config, "configurable": configurable},
+        context=body.context,
+        metadata=body.metadata,
+        created_at=now,
+        updated_at=now,
+    )
+    value = {"owner": _owner(scope), "assistant": made.model_dump(mode="json")}
+    with state_store_errors():
+        await gateway.producer.store.put(STORE_NAMESPACE, assistant_id, value)
+    return made
+
+
+async def _find_agent(gateway: Gateway, scope: KeyScope | None, graph_id: str) -> Assistant:
+    found = _named_in(await _hosted(gateway, scope), graph_id)
+    if found is not None:
+        return found
+    raise GatewayError(
+        f"no worker hosts agent {graph_id!r}",
+        status=422,
+        error_code="unknown_agent",
+        field="body.graph_id",
+    )
+
+
 @router.post("/assistants/search", response_model=list[Assistant], dependencies=[listing()])
 async def search_assistants(
     body: AssistantSearch, gateway: GatewayDep, scope: ScopeDep
 ) -> list[Assistant]:
     """The assistants the key may see, in name order, filtered, a page at a time."""
-    found = [a for a in await _hosted(gateway, scope) if _matches(a, body)]
+    found = [a for a in await _all(gateway, scope) if _matches(a, body)]
     return found[body.offset : body.offset + body.limit]
 
 
 @router.post("/assistants/count", response_model=int, dependencies=[listing()])
 async def count_assistants(body: AssistantCount, gateway: GatewayDep, scope: ScopeDep) -> int:
     """How many assistants the key may see match the filters."""
-    return sum(_matches(a, body) for a in await _hosted(gateway, scope))
+    return sum(_matches(a, body) for a in await _all(gateway, scope))
 
 
 @router.get(
