@@ -271,6 +271,15 @@ def test_crons_create_search_delete(gateway: Gateway, sdk: Clients) -> None:
         shown = http.get(f"/v1/schedules/{on_thread['cron_id']}").json()
         assert shown["session_id"] == thread and shown["message"] == "daily report"
 
+    assert client.crons.count(thread_id=thread) == 1
+    paused = client.crons.update(on_thread["cron_id"], enabled=False)
+    assert paused["enabled"] is False
+    assert client.crons.search(thread_id=thread, enabled=True) == []
+    assert client.crons.update(on_thread["cron_id"], enabled=True)["enabled"] is True
+    with pytest.raises(httpx.HTTPStatusError) as fixed:
+        client.crons.update(on_thread["cron_id"], schedule="* * * * *")
+    assert fixed.value.response.status_code == 422
+
     client.crons.delete(on_thread["cron_id"])
     client.crons.delete(stateless["cron_id"])
     assert client.crons.search(thread_id=thread) == []
@@ -319,3 +328,42 @@ def test_a_tenants_key_sees_its_crons_only(sdk: Clients) -> None:
     assert hidden.value.response.status_code == 404
     admin.crons.delete(theirs["cron_id"])
     acme.crons.delete(ours["cron_id"])
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", "/assistants/search", {"limit": 0}, 422),
+        ("POST", "/assistants/search", [], 422),
+        ("POST", "/assistants", {}, 422),
+        ("GET", "/assistants/nobody/schemas", None, 404),
+        ("PUT", "/store/items", {"namespace": [], "key": "k", "value": {}}, 422),
+        ("PUT", "/store/items", {"namespace": ["a"], "key": "k", "value": [1]}, 422),
+        ("PUT", "/store/items", {"namespace": ["a"], "key": "bad key", "value": {}}, 422),
+        ("GET", "/store/items?namespace=a", None, 422),
+        ("GET", "/store/items?namespace=a..b&key=k", None, 422),
+        ("DELETE", "/store/items", None, 422),
+        ("POST", "/store/items/search", {"namespace_prefix": ["a"], "offset": 999}, 422),
+        ("POST", "/runs/crons", {"assistant_id": "alpha"}, 422),
+        (
+            "POST",
+            "/threads/bad%20id/runs/crons",
+            {"assistant_id": "alpha", "schedule": "* * * * *"},
+            422,
+        ),
+        ("POST", "/runs/crons/search", {"limit": -1}, 422),
+        ("DELETE", "/runs/crons/sch_0000000000000000", None, 404),
+        ("PATCH", "/runs/crons/sch_0000000000000000", {"enabled": False}, 404),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx(
+    gateway: Gateway, method: str, path: str, body: object, status: int
+) -> None:
+    with gateway.client() as http:
+        answer = (
+            http.request(method, path, json=body)
+            if body is not None
+            else http.request(method, path)
+        )
+    assert answer.status_code == status, answer.text
+    assert answer.json()["code"]

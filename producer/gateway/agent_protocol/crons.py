@@ -3,6 +3,8 @@
     POST   /threads/{thread_id}/runs/crons   a run on the thread at each tick   404 409 422
     POST   /runs/crons                       "stateless": on a thread made for the cron
     POST   /runs/crons/search                by assistant_id, thread_id, enabled; limit, offset
+    POST   /runs/crons/count                 how many the same filters match
+    PATCH  /runs/crons/{cron_id}             enabled: pause or resume it (else 422)  404
     DELETE /runs/crons/{cron_id}             remove it                          404
 
 A cron is a reactq schedule (``cron_id`` = its ``schedule_id``), fired by ``reactq
@@ -73,8 +75,8 @@ class CronCreate(BaseModel):
     """False adds it paused."""
 
 
-class CronSearch(BaseModel):
-    """``POST /runs/crons/search``."""
+class CronCount(BaseModel):
+    """``POST /runs/crons/count``'s filters (and the search's)."""
 
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
 
@@ -84,6 +86,20 @@ class CronSearch(BaseModel):
     """Only the crons of this thread."""
     enabled: bool | None = None
     """Only the enabled (or the paused) ones."""
+
+
+class CronUpdate(BaseModel):
+    """``PATCH /runs/crons/{cron_id}``: only ``enabled`` can change."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    enabled: bool | None = None
+    """False pauses it, True resumes it (from its next tick)."""
+
+
+class CronSearch(CronCount):
+    """``POST /runs/crons/search``: the count's filters, a page at a time."""
+
     limit: int = Field(10, ge=1, le=1000)
     """Crons a page."""
     offset: int = Field(0, ge=0)
@@ -268,23 +284,65 @@ async def create_cron(body: CronCreate, gateway: GatewayDep, scope: ScopeDep) ->
     return await _add(gateway, scope, f"{prefix}{uuid.uuid4()}", body)
 
 
-@router.post("/runs/crons/search", response_model=list[Cron], dependencies=[listing()])
-async def search_crons(body: CronSearch, gateway: GatewayDep, scope: ScopeDep) -> list[Cron]:
-    """The crons the key may see, oldest first, filtered, a page at a time."""
+async def _matching(gateway: Gateway, scope: KeyScope | None, body: CronCount) -> list[Schedule]:
+    """The schedules the key may see that the filters keep, oldest first."""
     agent = None
     if body.assistant_id is not None:
         agent = (await choose(gateway, body.assistant_id)).agent
     with _answers():
         found = await gateway.producer.list_schedules(body.thread_id)
-    kept = [
+    return [
         s
         for s in found
         if (scope is None or (scope.sees_session(s.session_id) and scope.may_run(s.agent)))
         and (agent is None or s.agent == agent)
         and (body.enabled is None or body.enabled != s.paused)
     ]
+
+
+@router.post("/runs/crons/search", response_model=list[Cron], dependencies=[listing()])
+async def search_crons(body: CronSearch, gateway: GatewayDep, scope: ScopeDep) -> list[Cron]:
+    """The crons the key may see, oldest first, filtered, a page at a time."""
+    kept = await _matching(gateway, scope, body)
     namespace = gateway.settings.namespace
     return [_cron(namespace, s) for s in kept[body.offset : body.offset + body.limit]]
+
+
+@router.post("/runs/crons/count", response_model=int, dependencies=[listing()])
+async def count_crons(body: CronCount, gateway: GatewayDep, scope: ScopeDep) -> int:
+    """How many crons the key may see match the filters."""
+    return len(await _matching(gateway, scope, body))
+
+
+@router.patch(
+    "/runs/crons/{cron_id}",
+    response_model=Cron,
+    responses={
+        404: {"model": ErrorBody, "description": "No such cron (``schedule_not_found``)"},
+        422: {"model": ErrorBody, "description": "A change other than ``enabled``"},
+    },
+    dependencies=[touches(schedule="path.cron_id")],
+)
+async def update_cron(cron_id: ScheduleId, body: CronUpdate, gateway: GatewayDep) -> Cron:
+    """Pause (``enabled: false``) or resume (``true``) the cron; any other change is
+    refused (422): delete it and create another."""
+    other = sorted(k for k, v in (body.model_extra or {}).items() if v is not None)
+    if other:
+        raise _refused(
+            f"only 'enabled' can change ({', '.join(other)[:80]} cannot): delete the cron "
+            "and create another",
+            f"body.{other[0]}",
+        )
+    with _answers():
+        if body.enabled is None:
+            found = await gateway.producer.get_schedule(cron_id)
+            if found is None:
+                raise ScheduleNotFoundError(f"no schedule {cron_id!r}")
+        elif body.enabled:
+            found = await gateway.producer.resume_schedule(cron_id)
+        else:
+            found = await gateway.producer.pause_schedule(cron_id)
+    return _cron(gateway.settings.namespace, found)
 
 
 @router.delete(
