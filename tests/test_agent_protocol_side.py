@@ -114,6 +114,11 @@ def test_assistants_search_get_count_schemas_graph(sdk: Clients, namespace: str)
     assert schemas["input_schema"]["properties"]["messages"]["type"] == "array"
     graph = client.assistants.get_graph(alpha["assistant_id"])
     assert {n["id"] for n in graph["nodes"]} >= {"agent", "tools"}
+    assert client.assistants.get_subgraphs("alpha") == {}
+    assert client.assistants.get_versions(alpha["assistant_id"]) == [alpha]
+    with pytest.raises(httpx.HTTPStatusError) as hosted:
+        client.assistants.delete("alpha")
+    assert hosted.value.response.status_code == 409
 
     with pytest.raises(httpx.HTTPStatusError) as missing:
         client.assistants.get("nobody")
@@ -153,6 +158,11 @@ def test_an_assistant_with_a_config_over_an_agent(sdk: Clients) -> None:
     client.crons.delete(cron["cron_id"])
     # Another tenant does not see it.
     assert acme.assistants.search(metadata={"tag": tag}) == []
+
+    client.assistants.delete(made["assistant_id"])
+    with pytest.raises(httpx.HTTPStatusError) as gone:
+        client.assistants.get(made["assistant_id"])
+    assert gone.value.response.status_code == 404
 
     for config, code in (
         ({"configurable": {"model": "other"}}, "override_not_allowed"),

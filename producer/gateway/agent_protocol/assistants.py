@@ -7,6 +7,9 @@ docstring)::
     GET  /assistants/{assistant_id}          one                                   404
     GET  /assistants/{assistant_id}/schemas  its input, output, state, config schemas  404
     GET  /assistants/{assistant_id}/graph    its nodes and edges (agent <-> tools)  404
+    GET  /assistants/{assistant_id}/subgraphs      none: {}                          404
+    POST /assistants/{assistant_id}/versions       its one version                   404
+    DELETE /assistants/{assistant_id}        one POST /assistants made           404 409
 
 An assistant's ``assistant_id`` is a stable UUID (``uuid5`` of the pool's namespace and
 the agent's name), its ``graph_id`` the agent's name; either names it in a path or a
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep
@@ -233,7 +236,12 @@ def _matches(assistant: Assistant, body: AssistantCount | AssistantSearch) -> bo
         return False
     if body.name is not None and body.name.casefold() not in assistant.name.casefold():
         return False
-    return all(assistant.metadata.get(k) == v for k, v in (body.metadata or {}).items())
+    return _holds(assistant, body.metadata)
+
+
+def _holds(assistant: Assistant, wanted: dict[str, Any] | None) -> bool:
+    """Whether its metadata has each pair of ``wanted``, equal."""
+    return all(assistant.metadata.get(k) == v for k, v in (wanted or {}).items())
 
 
 def _named_in(assistants: list[Assistant], assistant_id: str) -> Assistant | None:
@@ -462,3 +470,65 @@ async def assistant_graph(found: Named) -> dict[str, Any]:
         {"source": "tools", "target": "agent"},
     ]
     return {"nodes": nodes, "edges": edges}
+
+
+@router.get(
+    "/assistants/{assistant_id}/subgraphs",
+    responses=_NOT_FOUND,
+    dependencies=[_ONE],
+)
+async def assistant_subgraphs(found: Named) -> dict[str, Any]:
+    """None: an agent is one loop (a subagent is another assistant, reached through a
+    tool), so ``{}`` (``recurse`` changes nothing)."""
+    del found
+    return {}
+
+
+class VersionSearch(BaseModel):
+    """``POST /assistants/{assistant_id}/versions``."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    metadata: dict[str, Any] | None = None
+    """Versions whose metadata holds each of these pairs."""
+    limit: int = Field(10, ge=1, le=1000)
+    """Versions a page."""
+    offset: int = Field(0, ge=0)
+    """Versions to skip."""
+
+
+@router.post(
+    "/assistants/{assistant_id}/versions",
+    response_model=list[Assistant],
+    responses=_NOT_FOUND,
+    dependencies=[_ONE],
+)
+async def assistant_versions(found: Named, body: VersionSearch) -> list[Assistant]:
+    """Its one version: the live definition (``metadata.config_version`` says which)."""
+    kept = [found] if _holds(found, body.metadata) else []
+    return kept[body.offset : body.offset + body.limit]
+
+
+@router.delete(
+    "/assistants/{assistant_id}",
+    status_code=204,
+    response_class=Response,
+    responses={
+        **_NOT_FOUND,
+        409: {"model": ErrorBody, "description": "A hosted agent's (``assistant_hosted``)"},
+    },
+    dependencies=[_ONE],
+)
+async def delete_assistant(found: Named, gateway: GatewayDep) -> Response:
+    """Forget an assistant ``POST /assistants`` made; a hosted agent's answers 409 (it
+    is there for as long as a worker announces the agent)."""
+    if await _stored(gateway, found.assistant_id) is None:
+        raise GatewayError(
+            f"assistant {found.assistant_id!r} is the hosted agent {found.graph_id!r}: it "
+            "goes when its workers stop",
+            status=409,
+            error_code="assistant_hosted",
+        )
+    with state_store_errors():
+        await gateway.producer.store.delete(STORE_NAMESPACE, found.assistant_id)
+    return Response(status_code=204)
