@@ -309,10 +309,11 @@ else 404 ``assistant_not_found``."""
     dependencies=[listing()],
     responses={
         409: {"model": ErrorBody, "description": "The id is taken (``assistant_exists``)"},
+        404: {"model": ErrorBody, "description": "No worker hosts the agent (``unknown_agent``)"},
         422: {
             "model": ErrorBody,
-            "description": "An agent no worker hosts, an override "
-            "it does not allow (``override_not_allowed``, ``invalid_override``)",
+            "description": "An override the agent does not allow (``override_not_allowed``, "
+            "``invalid_override``)",
         },
     },
 )
@@ -373,7 +374,7 @@ async def _find_agent(gateway: Gateway, scope: KeyScope | None, graph_id: str) -
         return found
     raise GatewayError(
         f"no worker hosts agent {graph_id!r}",
-        status=422,
+        status=404,
         error_code="unknown_agent",
         field="body.graph_id",
     )

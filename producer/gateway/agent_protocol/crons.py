@@ -48,6 +48,7 @@ from reactq.shared.errors import (
     UnknownAgentError,
 )
 from reactq.shared.schedules import Schedule, next_tick
+from reactq.shared.turns import SESSION_ID_RE
 
 __all__ = ["Cron", "router"]
 
@@ -82,7 +83,7 @@ class CronCount(BaseModel):
 
     assistant_id: str | None = None
     """Only the crons of this assistant (UUID or graph id)."""
-    thread_id: str | None = None
+    thread_id: str | None = Field(None, pattern=SESSION_ID_RE.pattern)
     """Only the crons of this thread."""
     enabled: bool | None = None
     """Only the enabled (or the paused) ones."""
@@ -147,7 +148,7 @@ _REFUSALS: dict[type[Exception], tuple[int, str | None]] = {
     MessageTooLargeError: (413, "body.input"),
     InvalidMessageError: (422, "body.input"),
     InvalidMetadataError: (422, "body.metadata"),
-    UnknownAgentError: (422, "body.assistant_id"),
+    UnknownAgentError: (404, "body.assistant_id"),
     AgentMismatchError: (409, "body.assistant_id"),
     TooManySchedulesError: (409, None),
     ScheduleNotFoundError: (404, None),
@@ -229,19 +230,21 @@ def _cron(namespace: str, schedule: Schedule) -> Cron:
 
 
 async def _add(gateway: Gateway, scope: KeyScope | None, thread_id: str, body: CronCreate) -> Cron:
+    # An assistant nobody hosts (or outside the key's agents) first, as a missing one.
+    agent = (await choose(gateway, body.assistant_id)).agent
+    hosted = await gateway.producer.registry.agent_profile(agent) is not None
+    if not hosted or (scope is not None and not scope.may_run(agent)):
+        raise GatewayError(
+            f"no assistant {body.assistant_id!r}",
+            status=404,
+            error_code="assistant_not_found",
+            field="body.assistant_id",
+        )
     if body.timezone not in (None, "UTC", "Etc/UTC"):
         raise _refused(f"timezone {body.timezone!r:.60}: schedules run in UTC", "body.timezone")
     if body.end_time is not None:
         raise _refused("end_time is not supported: delete the cron instead", "body.end_time")
     message = message_of(body.input)
-    agent = (await choose(gateway, body.assistant_id)).agent
-    if scope is not None and not scope.may_run(agent):
-        raise GatewayError(
-            f"no assistant {body.assistant_id!r}",
-            status=422,
-            error_code=UnknownAgentError.code,
-            field="body.assistant_id",
-        )
     with _answers():
         added = await gateway.producer.add_schedule(
             thread_id,
@@ -326,6 +329,12 @@ async def count_crons(body: CronCount, gateway: GatewayDep, scope: ScopeDep) -> 
 async def update_cron(cron_id: ScheduleId, body: CronUpdate, gateway: GatewayDep) -> Cron:
     """Pause (``enabled: false``) or resume (``true``) the cron; any other change is
     refused (422): delete it and create another."""
+    with _answers():
+        found = await gateway.producer.get_schedule(cron_id)
+    if found is None:
+        raise GatewayError(
+            f"no schedule {cron_id!r}", status=404, error_code=ScheduleNotFoundError.code
+        )
     other = sorted(k for k, v in (body.model_extra or {}).items() if v is not None)
     if other:
         raise _refused(
@@ -333,15 +342,13 @@ async def update_cron(cron_id: ScheduleId, body: CronUpdate, gateway: GatewayDep
             "and create another",
             f"body.{other[0]}",
         )
-    with _answers():
-        if body.enabled is None:
-            found = await gateway.producer.get_schedule(cron_id)
-            if found is None:
-                raise ScheduleNotFoundError(f"no schedule {cron_id!r}")
-        elif body.enabled:
-            found = await gateway.producer.resume_schedule(cron_id)
-        else:
-            found = await gateway.producer.pause_schedule(cron_id)
+    if body.enabled is not None:
+        with _answers():
+            found = await (
+                gateway.producer.resume_schedule(cron_id)
+                if body.enabled
+                else gateway.producer.pause_schedule(cron_id)
+            )
     return _cron(gateway.settings.namespace, found)
 
 

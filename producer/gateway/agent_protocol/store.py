@@ -5,7 +5,6 @@ docstring)::
     GET    /store/items?namespace=a.b&key=k                                      404 422
     DELETE /store/items                  {namespace: [...], key}                 204
     POST   /store/items/search           {namespace_prefix, filter, limit, offset}
-    POST   /store/namespaces             not yet: the store lists no namespaces  501
 
 An item is a ``Producer.store`` document: the same one ``/v1/store/{namespace}/{key}``
 reaches, its namespace's segments joined by dots. A key scoped to a tenant reaches
@@ -14,7 +13,8 @@ others, as a missing item; an empty search); a read-only key cannot write.
 
 What differs from LangGraph's store: ``namespace_prefix`` names one namespace
 (its items, not those of namespaces under it); ``query`` (semantic search), ``index``
-and ``ttl`` / ``refresh_ttl`` are accepted and ignored.
+and ``ttl`` / ``refresh_ttl`` are accepted and ignored; ``POST /store/namespaces`` is not
+served (the store lists no namespaces).
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep
 from reactq.producer.gateway.errors import GatewayError, state_store_errors
-from reactq.producer.gateway.models import ErrorBody
+from reactq.producer.gateway.models import KEY_PATTERN, NAMESPACE_PATTERN, ErrorBody
 from reactq.producer.gateway.scopes import listing
 from reactq.producer.gateway.security import KeyScope
 from reactq.shared.errors import InvalidCursorError, InvalidDocumentError
-from reactq.shared.state.document_store import MAX_SEARCH_LIMIT, Document
+from reactq.shared.state.document_store import MAX_SEARCH_LIMIT, MAX_SEGMENTS, Document
 
 __all__ = ["Item", "router"]
 
@@ -55,14 +55,18 @@ class Item(BaseModel):
     """Its last put."""
 
 
+Segment = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_:@+-]{1,128}$")]
+"""A namespace's segment."""
+
+
 class ItemPut(BaseModel):
     """``PUT /store/items``."""
 
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
 
-    namespace: list[str] = Field(min_length=1)
-    """The namespace's segments: 1-8 of [A-Za-z0-9_:@+-]."""
-    key: str
+    namespace: list[Segment] = Field(min_length=1, max_length=MAX_SEGMENTS)
+    """The namespace's segments: 1-8, each 1-128 of [A-Za-z0-9_:@+-]."""
+    key: str = Field(pattern=KEY_PATTERN)
     """The key: 1-256 of [A-Za-z0-9._:@+-]."""
     value: dict[str, Any]
     """The JSON object to store (at most 1 MiB as JSON); replaces what the key held."""
@@ -77,9 +81,9 @@ class ItemDelete(BaseModel):
 
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
 
-    namespace: list[str] = Field(min_length=1)
+    namespace: list[Segment] = Field(min_length=1, max_length=MAX_SEGMENTS)
     """The namespace's segments."""
-    key: str
+    key: str = Field(pattern=KEY_PATTERN)
     """The key."""
 
 
@@ -88,14 +92,14 @@ class ItemSearch(BaseModel):
 
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
 
-    namespace_prefix: list[str] = Field(min_length=1)
+    namespace_prefix: list[Segment] = Field(min_length=1, max_length=MAX_SEGMENTS)
     """The namespace to search (its own items only: not those of namespaces under it)."""
     filter: dict[str, Any] | None = None
     """Items whose value has each of these top-level fields, equal."""
     limit: int = Field(10, ge=1, le=MAX_SEARCH_LIMIT)
     """Items a page."""
-    offset: int = Field(0, ge=0, le=MAX_SEARCH_LIMIT)
-    """Items to skip (``offset + limit`` at most 1000)."""
+    offset: int = Field(0, ge=0, le=100_000)
+    """Items to skip."""
     query: str | None = None
     """Ignored: no semantic search (every item matching the filter is returned)."""
     refresh_ttl: bool | None = None
@@ -168,8 +172,8 @@ async def put_item(body: ItemPut, gateway: GatewayDep, scope: ScopeDep) -> Respo
 async def get_item(
     gateway: GatewayDep,
     scope: ScopeDep,
-    namespace: Annotated[str, Query(max_length=1100, description="Dotted: users.u-42")],
-    key: Annotated[str, Query(max_length=256, description="The item's key")],
+    namespace: Annotated[str, Query(pattern=NAMESPACE_PATTERN, description="Dotted: users.u-42")],
+    key: Annotated[str, Query(pattern=KEY_PATTERN, description="The item's key")],
     refresh_ttl: Annotated[bool | None, Query(description="Ignored: no TTLs")] = None,
 ) -> Item:
     """The item stored under the namespace (its segments joined by dots) and key."""
@@ -203,31 +207,20 @@ async def search_items(body: ItemSearch, gateway: GatewayDep, scope: ScopeDep) -
     dotted = ".".join(body.namespace_prefix)
     if scope is not None and not scope.sees_namespace(dotted):
         return ItemList(items=[])
-    if body.offset + body.limit > MAX_SEARCH_LIMIT:
-        raise GatewayError(
-            f"offset + limit is at most {MAX_SEARCH_LIMIT}",
-            status=422,
-            error_code="invalid_request",
-            field="body.offset",
-        )
+    wanted = body.offset + body.limit
+    found: list[Document] = []
+    cursor: str | None = None
     with _answers("body"):
-        page = await gateway.producer.store.search(
-            dotted, filter=body.filter, limit=body.offset + body.limit
-        )
-    return ItemList(items=[_item(d) for d in page.documents[body.offset :]])
-
-
-@router.post(
-    "/store/namespaces",
-    dependencies=[listing()],
-    responses={501: {"model": ErrorBody, "description": "Not yet (``not_supported``)"}},
-)
-async def list_namespaces(gateway: GatewayDep) -> None:
-    """Not yet: reactq's long-term store lists no namespaces (501 ``not_supported``)."""
-    del gateway
-    raise GatewayError(
-        "listing namespaces is not supported yet: search a namespace you know "
-        "(POST /store/items/search)",
-        status=501,
-        error_code="not_supported",
-    )
+        # Pages of the store's largest until the offset is passed: it pages by cursor.
+        while len(found) < wanted:
+            page = await gateway.producer.store.search(
+                dotted,
+                filter=body.filter,
+                limit=min(MAX_SEARCH_LIMIT, wanted - len(found)),
+                cursor=cursor,
+            )
+            found.extend(page.documents)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    return ItemList(items=[_item(d) for d in found[body.offset : wanted]])
