@@ -101,6 +101,8 @@ def test_assistants_search_get_count_schemas_graph(sdk: Clients, namespace: str)
 
     assert [a["graph_id"] for a in client.assistants.search(graph_id="beta")] == ["beta"]
     assert [a["graph_id"] for a in client.assistants.search(limit=1, offset=1)] == ["beta"]
+    page = client.assistants.search(limit=1, response_format="object")
+    assert [a["graph_id"] for a in page["assistants"]] == ["alpha"] and page["next"] == "1"
     assert client.assistants.search(metadata={"config_version": "cv-alpha-1"}) == [alpha]
     assert client.assistants.count() == 2
     assert client.assistants.count(graph_id="alpha") == 1
@@ -285,6 +287,8 @@ def test_crons_create_search_delete(gateway: Gateway, sdk: Clients) -> None:
         assert shown["session_id"] == thread and shown["message"] == "daily report"
 
     assert client.crons.count(thread_id=thread) == 1
+    assert client.crons.count(metadata={"team": "ops"}, thread_id=thread) == 1
+    assert client.crons.search(metadata={"team": "dev"}, thread_id=thread) == []
     paused = client.crons.update(on_thread["cron_id"], enabled=False)
     assert paused["enabled"] is False
     assert client.crons.search(thread_id=thread, enabled=True) == []

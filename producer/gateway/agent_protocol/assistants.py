@@ -382,11 +382,16 @@ async def _find_agent(gateway: Gateway, scope: KeyScope | None, graph_id: str) -
 
 @router.post("/assistants/search", response_model=list[Assistant], dependencies=[listing()])
 async def search_assistants(
-    body: AssistantSearch, gateway: GatewayDep, scope: ScopeDep
+    body: AssistantSearch, gateway: GatewayDep, scope: ScopeDep, response: Response
 ) -> list[Assistant]:
-    """The assistants the key may see, in name order, filtered, a page at a time."""
+    """The assistants the key may see (the hosted ones in name order, then those
+    ``POST /assistants`` made), filtered, a page at a time; ``X-Pagination-Next`` is
+    the next page's offset when there is one."""
     found = [a for a in await _all(gateway, scope) if _matches(a, body)]
-    return found[body.offset : body.offset + body.limit]
+    end = body.offset + body.limit
+    if end < len(found):
+        response.headers["X-Pagination-Next"] = str(end)
+    return found[body.offset : end]
 
 
 @router.post("/assistants/count", response_model=int, dependencies=[listing()])

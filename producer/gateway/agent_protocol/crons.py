@@ -87,6 +87,8 @@ class CronCount(BaseModel):
     """Only the crons of this thread."""
     enabled: bool | None = None
     """Only the enabled (or the paused) ones."""
+    metadata: dict[str, Any] | None = None
+    """Only the crons whose metadata holds each of these pairs."""
 
 
 class CronUpdate(BaseModel):
@@ -300,6 +302,7 @@ async def _matching(gateway: Gateway, scope: KeyScope | None, body: CronCount) -
         if (scope is None or (scope.sees_session(s.session_id) and scope.may_run(s.agent)))
         and (agent is None or s.agent == agent)
         and (body.enabled is None or body.enabled != s.paused)
+        and all(s.metadata.get(k) == v for k, v in (body.metadata or {}).items())
     ]
 
 
