@@ -161,6 +161,19 @@ def test_an_assistant_with_a_config_over_an_agent(sdk: Clients) -> None:
     # Another tenant does not see it.
     assert acme.assistants.search(metadata={"tag": tag}) == []
 
+    changed = client.assistants.update(
+        made["assistant_id"], config={"configurable": {"temperature": 0.7}}, metadata={"v": 2}
+    )
+    assert changed["config"]["configurable"] == {"temperature": 0.7}
+    assert changed["metadata"] == {"tag": tag, "v": 2} and changed["name"] == "careful alpha"
+    assert client.assistants.get(made["assistant_id"]) == changed
+    with pytest.raises(httpx.HTTPStatusError) as not_allowed:
+        client.assistants.update(made["assistant_id"], config={"configurable": {"model": "x"}})
+    assert not_allowed.value.response.status_code == 422
+    with pytest.raises(httpx.HTTPStatusError) as hosted:
+        client.assistants.update("alpha", metadata={"v": 1})
+    assert hosted.value.response.status_code == 409
+
     client.assistants.delete(made["assistant_id"])
     with pytest.raises(httpx.HTTPStatusError) as gone:
         client.assistants.get(made["assistant_id"])

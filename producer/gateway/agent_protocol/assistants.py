@@ -9,6 +9,7 @@ docstring)::
     GET  /assistants/{assistant_id}/graph    its nodes and edges (agent <-> tools)  404
     GET  /assistants/{assistant_id}/subgraphs      none: {}                          404
     POST /assistants/{assistant_id}/versions       its one version                   404
+    PATCH  /assistants/{assistant_id}        one POST /assistants made: its config...  404 409 422
     DELETE /assistants/{assistant_id}        one POST /assistants made           404 409
 
 An assistant's ``assistant_id`` is a stable UUID (``uuid5`` of the pool's namespace and
@@ -334,22 +335,7 @@ async def create_assistant(
             error_code="assistant_exists",
             field="body.assistant_id",
         )
-    configurable = body.config.get("configurable") or {}
-    if not isinstance(configurable, dict):
-        raise GatewayError(
-            "config.configurable is an object",
-            status=422,
-            error_code="invalid_override",
-            field="body.config",
-        )
-    profile = await gateway.producer.registry.agent_profile(agent.graph_id)
-    allowed = profile.overridable if profile is not None else frozenset()
-    try:
-        check_overrides({**configurable, **body.context}, allowed, agent.graph_id)
-    except (OverrideNotAllowedError, InvalidOverrideError) as exc:
-        raise GatewayError(
-            exc.message, status=422, error_code=exc.code, field="body.config"
-        ) from None
+    configurable = await _checked(gateway, agent.graph_id, body.config, body.context)
     now = datetime.now(UTC)
     made = Assistant(
         assistant_id=assistant_id,
@@ -362,10 +348,38 @@ async def create_assistant(
         created_at=now,
         updated_at=now,
     )
-    value = {"owner": _owner(scope), "assistant": made.model_dump(mode="json")}
-    with state_store_errors():
-        await gateway.producer.store.put(STORE_NAMESPACE, assistant_id, value)
+    await _keep(gateway, _owner(scope), made)
     return made
+
+
+async def _keep(gateway: Gateway, owner: str, assistant: Assistant) -> None:
+    value = {"owner": owner, "assistant": assistant.model_dump(mode="json")}
+    with state_store_errors():
+        await gateway.producer.store.put(STORE_NAMESPACE, assistant.assistant_id, value)
+
+
+async def _checked(
+    gateway: Gateway, agent: str, config: dict[str, Any], context: dict[str, Any]
+) -> dict[str, Any]:
+    """``config["configurable"]``, once it and ``context`` are overrides ``agent``
+    allows (else 422)."""
+    configurable = config.get("configurable") or {}
+    if not isinstance(configurable, dict):
+        raise GatewayError(
+            "config.configurable is an object",
+            status=422,
+            error_code="invalid_override",
+            field="body.config",
+        )
+    profile = await gateway.producer.registry.agent_profile(agent)
+    allowed = profile.overridable if profile is not None else frozenset()
+    try:
+        check_overrides({**configurable, **context}, allowed, agent)
+    except (OverrideNotAllowedError, InvalidOverrideError) as exc:
+        raise GatewayError(
+            exc.message, status=422, error_code=exc.code, field="body.config"
+        ) from None
+    return configurable
 
 
 async def _find_agent(gateway: Gateway, scope: KeyScope | None, graph_id: str) -> Assistant:
@@ -528,13 +542,68 @@ async def assistant_versions(found: Named, body: VersionSearch) -> list[Assistan
 async def delete_assistant(found: Named, gateway: GatewayDep) -> Response:
     """Forget an assistant ``POST /assistants`` made; a hosted agent's answers 409 (it
     is there for as long as a worker announces the agent)."""
-    if await _stored(gateway, found.assistant_id) is None:
-        raise GatewayError(
-            f"assistant {found.assistant_id!r} is the hosted agent {found.graph_id!r}: it "
-            "goes when its workers stop",
-            status=409,
-            error_code="assistant_hosted",
-        )
+    await _stored_document(gateway, found)
     with state_store_errors():
         await gateway.producer.store.delete(STORE_NAMESPACE, found.assistant_id)
     return Response(status_code=204)
+
+
+class AssistantPatch(BaseModel):
+    """``PATCH /assistants/{assistant_id}``: what to change (the rest stays)."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    config: dict[str, Any] | None = None
+    """A new config (``configurable``: the overrides, checked as at creation)."""
+    context: dict[str, Any] | None = None
+    """New context overrides."""
+    metadata: dict[str, Any] | None = None
+    """Merged into its metadata."""
+    name: str | None = Field(None, max_length=200)
+    """A new name."""
+    description: str | None = Field(None, max_length=2000)
+    """A new description."""
+
+
+@router.patch(
+    "/assistants/{assistant_id}",
+    response_model=Assistant,
+    responses={
+        **_NOT_FOUND,
+        409: {"model": ErrorBody, "description": "A hosted agent's (``assistant_hosted``)"},
+    },
+    dependencies=[_ONE],
+)
+async def update_assistant(found: Named, body: AssistantPatch, gateway: GatewayDep) -> Assistant:
+    """Change an assistant ``POST /assistants`` made (its agent stays); a hosted
+    agent's answers 409."""
+    document = await _stored_document(gateway, found)
+    config = body.config if body.config is not None else found.config
+    context = body.context if body.context is not None else found.context
+    configurable = await _checked(gateway, found.graph_id, config, context)
+    changed = found.model_copy(
+        update={
+            "config": {**config, "configurable": configurable},
+            "context": context,
+            "metadata": {**found.metadata, **(body.metadata or {})},
+            "name": body.name if body.name is not None else found.name,
+            "description": body.description if body.description is not None else found.description,
+            "updated_at": datetime.now(UTC),
+        }
+    )
+    await _keep(gateway, str(document.value.get("owner", "")), changed)
+    return changed
+
+
+async def _stored_document(gateway: Gateway, found: Assistant) -> Document:
+    """The document of an assistant ``POST /assistants`` made; 409 for a hosted one."""
+    with state_store_errors():
+        document = await gateway.producer.store.get(STORE_NAMESPACE, found.assistant_id)
+    if document is None or _made(document) is None:
+        raise GatewayError(
+            f"assistant {found.assistant_id!r} is the hosted agent {found.graph_id!r}: it "
+            "goes when its workers stop, and changes with its definition",
+            status=409,
+            error_code="assistant_hosted",
+        )
+    return document
