@@ -71,11 +71,9 @@ class Clients:
         self.made: list[SyncLangGraphClient] = []
 
     def __call__(self, who: str = "admin") -> Any:
-        """LangGraph's sync client, with the key as reactq's bearer token (typed Any:
-        the SDK types a cron's creation as a Run, and its answers as optional)."""
-        client = get_sync_client(
-            url=self.gateway.url, api_key=None, headers={"Authorization": f"Bearer {KEYS[who]}"}
-        )
+        """LangGraph's sync client with the key as its ``api_key=`` (sent as X-Api-Key;
+        typed Any: the SDK types a cron's creation as a Run, and its answers as optional)."""
+        client = get_sync_client(url=self.gateway.url, api_key=KEYS[who])
         self.made.append(client)
         return client
 

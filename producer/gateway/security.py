@@ -185,22 +185,30 @@ class ApiKeys:
         return not self._keys or self.identify(token) is not None
 
     def scope_of_headers(self, headers: Sequence[tuple[bytes, bytes]]) -> KeyScope | None:
-        """``scope`` of a request's ``Authorization: Bearer KEY`` (None without keys)."""
+        """``scope`` of a request's key (``Authorization: Bearer KEY`` or ``X-Api-Key``;
+        None without keys)."""
         if not self._keys:
             return None
         return self.scope(_bearer_token(headers))
 
     def bearer_accepted(self, headers: Sequence[tuple[bytes, bytes]]) -> bool:
-        """``accepts`` for a request's raw headers (``Authorization: Bearer KEY``)."""
+        """``accepts`` for a request's raw headers (``Authorization: Bearer KEY`` or
+        ``X-Api-Key: KEY``)."""
         return not self._keys or self.scope(_bearer_token(headers)) is not None
 
 
 def _bearer_token(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """The request's key: ``Authorization: Bearer KEY``, else ``X-Api-Key: KEY`` (the
+    header LangGraph's SDKs send, ``api_key=``)."""
+    api_key = None
     for header, value in headers:
-        if header.lower() == b"authorization":
+        name = header.lower()
+        if name == b"authorization":
             scheme, _, token = value.decode("latin-1").strip().partition(" ")
             return token.strip() if scheme.lower() == "bearer" else None
-    return None
+        if name == b"x-api-key":
+            api_key = value.decode("latin-1").strip() or None
+    return api_key
 
 
 def is_loopback(host: str) -> bool:

@@ -261,19 +261,22 @@ async def _find(gateway: Gateway, scope: KeyScope | None, assistant_id: str) -> 
     )
 
 
-async def choose(gateway: Gateway, assistant_id: str) -> AssistantChoice:
+async def choose(
+    gateway: Gateway, assistant_id: str, scope: KeyScope | None = None
+) -> AssistantChoice:
     """The agent (and overrides) a run on ``assistant_id`` goes to: the assistant's UUID
     or its graph id (an agent's name, as LangGraph's server allows) names the agent.
     An id that is neither is taken as an agent's name, so submitting the turn refuses
     it as an agent no worker hosts. An assistant ``POST /assistants`` made gives its
-    agent and its config as the overrides."""
-    hosted = _named_in(await _hosted(gateway, None), assistant_id)
-    if hosted is not None:
-        return AssistantChoice(agent=hosted.graph_id)
-    made = await _stored(gateway, assistant_id)
+    agent and its config as the overrides, to a key of the tenant that made it only
+    (``scope``: another tenant's assistant id is an unknown name to it)."""
+    found = _named_in(await _all(gateway, scope), assistant_id)
+    if found is None:
+        return AssistantChoice(agent=assistant_id)
+    made = await _stored(gateway, assistant_id) if found.graph_id != assistant_id else None
     if made is not None:
         return AssistantChoice(agent=made.graph_id, overrides=_overrides(made))
-    return AssistantChoice(agent=assistant_id)
+    return AssistantChoice(agent=found.graph_id)
 
 
 async def _stored(gateway: Gateway, assistant_id: str) -> Assistant | None:
