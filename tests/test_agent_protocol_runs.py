@@ -1,0 +1,175 @@
+"""Issue 31: the Agent Protocol's threads and runs driven by the real ``langgraph-sdk``
+client (async and sync) against a real pool: `reactq serve`, a real worker, the
+scripted model (``lookup`` then an answer; ``sleep=S`` in a message: S seconds a step)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client, get_sync_client
+
+from tests.gateway_support import Gateway, start_gateway
+from tests.helpers import running_pool, sleepy_lookup
+
+pytestmark = pytest.mark.e2e
+
+KEY = "ap-runs-key"
+AGENT = "e2e"
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("ap-runs")
+    with running_pool(redis_url, f"{namespace}-ap", tmp, sleepy_lookup) as env:
+        gw = start_gateway({**env, "REACTQ_API_KEYS": KEY}, Path(tmp), KEY)
+        try:
+            yield gw
+        finally:
+            gw.stop()
+
+
+def client(gateway: Gateway) -> Any:
+    return get_client(url=gateway.url, api_key=None, headers={"Authorization": f"Bearer {KEY}"})
+
+
+def human(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def types(values: dict[str, Any]) -> list[str]:
+    return [m["type"] for m in values["messages"]]
+
+
+def test_stream_values_and_messages_then_state(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            await steps(lg)
+
+    async def steps(lg: Any) -> None:
+        tag = uuid.uuid4().hex[:8]
+        thread = await lg.threads.create(metadata={"tag": tag})
+        tid = thread["thread_id"]
+        assert thread["status"] == "idle" and thread["metadata"] == {"tag": tag}
+        assert (await lg.threads.get(tid))["thread_id"] == tid
+        parts = [
+            p
+            async for p in lg.runs.stream(
+                tid,
+                AGENT,
+                input=human("weather"),
+                stream_mode=["values", "messages-tuple", "updates", "metadata"],
+            )
+        ]
+        events = [p.event for p in parts]
+
+        assert events[0] == "metadata" and "run_id" in parts[0].data
+        assert "messages" in events and "updates" in events and events[-1] == "end"
+        final = [p.data for p in parts if p.event == "values"][-1]
+        assert types(final) == ["human", "ai", "tool", "ai"]
+        ai, tool, answer = final["messages"][1:]
+        assert ai["tool_calls"][0]["name"] == "lookup"
+        assert ai["tool_calls"][0]["args"] == {"key": "weather"}
+        assert tool["tool_call_id"] == ai["tool_calls"][0]["id"]
+        assert answer["content"] == "answer to: weather"
+        updates = [p.data for p in parts if p.event == "updates"]
+        assert [next(iter(u)) for u in updates] == ["agent", "tools", "agent"]
+
+        state = await lg.threads.get_state(tid)
+        assert types(state["values"]) == ["human", "ai", "tool", "ai"]
+        assert [m["id"] for m in state["values"]["messages"]] == [
+            m["id"] for m in final["messages"]
+        ]
+        assert (await lg.threads.get(tid))["status"] == "idle"
+
+        found = await lg.threads.search(metadata={"tag": tag})
+        assert [t["thread_id"] for t in found] == [tid]
+        await lg.threads.update(tid, metadata={"more": 1})
+        assert (await lg.threads.get(tid))["metadata"] == {"tag": tag, "more": 1}
+
+        runs = await lg.runs.list(tid)
+        assert len(runs) == 1 and runs[0]["status"] == "success"
+        assert (await lg.runs.get(tid, runs[0]["run_id"]))["assistant_id"] == AGENT
+
+        await lg.threads.delete(tid)
+        with pytest.raises(httpx.HTTPStatusError) as missing:
+            await lg.threads.get(tid)
+        assert missing.value.response.status_code == 404
+
+    asyncio.run(scenario())
+
+
+def test_wait_join_and_sync_client(gateway: Gateway) -> None:
+    with get_sync_client(
+        url=gateway.url, api_key=None, headers={"Authorization": f"Bearer {KEY}"}
+    ) as lg:
+        sync_steps(lg)
+
+
+def sync_steps(lg: Any) -> None:
+    thread = lg.threads.create()
+    tid = thread["thread_id"]
+    values = lg.runs.wait(tid, AGENT, input=human("first"))
+    assert isinstance(values, dict)
+    assert types(values) == ["human", "ai", "tool", "ai"]
+    run = lg.runs.create(tid, AGENT, input=human("second"), multitask_strategy="enqueue")
+    assert run["status"] == "pending" and run["thread_id"] == tid
+    joined = lg.runs.join(tid, run["run_id"])
+    assert types(joined) == ["human", "ai", "tool", "ai"] * 2
+    assert lg.runs.get(tid, run["run_id"])["status"] == "success"
+    with pytest.raises(httpx.HTTPStatusError) as unknown:
+        lg.runs.wait(str(uuid.uuid4()), AGENT, input=human("x"))
+    assert unknown.value.response.status_code == 404
+    with pytest.raises(httpx.HTTPStatusError) as bad:
+        lg.runs.wait(tid, AGENT, input={"nope": 1})
+    assert bad.value.response.status_code == 422
+
+
+def test_reject_cancel_and_resume_a_stream(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            await steps(lg)
+
+    async def steps(lg: Any) -> None:
+        tid = (await lg.threads.create())["thread_id"]
+        run = await lg.runs.create(tid, AGENT, input=human("sleep=0.5 one"))
+        with pytest.raises(httpx.HTTPStatusError) as rejected:
+            await lg.runs.create(tid, AGENT, input=human("another"), multitask_strategy="reject")
+        assert rejected.value.response.status_code == 409
+
+        # Read the first events, drop the connection, resume after the last id seen.
+        first: list[Any] = []
+        joined = lg.runs.join_stream(tid, run["run_id"], stream_mode="values")
+        async for part in joined:
+            first.append(part)
+            if len(first) == 2:
+                break
+        await joined.aclose()
+        assert first[-1].id, first
+        rest = [
+            p
+            async for p in lg.runs.join_stream(
+                tid, run["run_id"], stream_mode="values", last_event_id=first[-1].id
+            )
+        ]
+        whole = [p async for p in lg.runs.join_stream(tid, run["run_id"], stream_mode="values")]
+        got = [(p.event, p.id, len((p.data or {}).get("messages", []))) for p in first + rest]
+        want = [(p.event, p.id, len((p.data or {}).get("messages", []))) for p in whole]
+        assert got == want
+        assert [p.data for p in first + rest] == [p.data for p in whole]
+        assert types(whole[-2].data) == ["human", "ai", "tool", "ai"]
+
+        slow = await lg.runs.create(tid, AGENT, input=human("sleep=0.5 two"))
+        await asyncio.sleep(0.3)
+        await lg.runs.cancel(tid, slow["run_id"], wait=True)
+        assert (await lg.runs.get(tid, slow["run_id"]))["status"] == "interrupted"
+        assert (await lg.threads.get(tid))["status"] == "idle"
+
+    asyncio.run(scenario())
