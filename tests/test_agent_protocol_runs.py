@@ -173,3 +173,60 @@ def test_reject_cancel_and_resume_a_stream(gateway: Gateway) -> None:
         assert (await lg.threads.get(tid))["status"] == "idle"
 
     asyncio.run(scenario())
+
+
+def test_thread_ids_statuses_and_bad_input(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            await steps(lg)
+
+    async def steps(lg: Any) -> None:
+        tid = f"ap-{uuid.uuid4().hex[:10]}"
+        created = await lg.threads.create(thread_id=tid, metadata={"k": "v"})
+        assert created["thread_id"] == tid
+        with pytest.raises(httpx.HTTPStatusError) as exists:
+            await lg.threads.create(thread_id=tid)
+        assert exists.value.response.status_code == 409
+        again = await lg.threads.create(thread_id=tid, if_exists="do_nothing")
+        assert again["metadata"] == {"k": "v"}
+        assert (await lg.threads.get_state(tid))["values"] == {"messages": []}
+        await lg.threads.update(tid, metadata={"k2": 2})
+
+        run = await lg.runs.create(tid, AGENT, input=human("sleep=0.5 busy"))
+        await asyncio.sleep(0.2)
+        assert (await lg.threads.get(tid))["status"] == "busy"
+        busy = await lg.threads.search(metadata={"k": "v", "k2": 2}, status="busy")
+        assert [t["thread_id"] for t in busy] == [tid]
+        await lg.runs.join(tid, run["run_id"])
+        assert (await lg.threads.get(tid))["status"] == "idle"
+        assert await lg.threads.search(metadata={"k": "v", "k2": 2}, status="busy") == []
+        assert (await lg.threads.get(tid))["metadata"] == {"k": "v", "k2": 2}
+
+        for call in [
+            lambda: lg.threads.get("no-such-thread-x"),
+            lambda: lg.threads.get_state("no-such-thread-x"),
+            lambda: lg.runs.get(tid, "t_nope"),
+            lambda: lg.runs.join(tid, "t_nope"),
+        ]:
+            with pytest.raises(httpx.HTTPStatusError) as missing:
+                await call()
+            assert missing.value.response.status_code == 404
+
+    asyncio.run(scenario())
+
+    with gateway.client() as http:
+        for method, path, body in [
+            ("POST", "/threads", {"thread_id": "a b"}),
+            ("POST", "/threads", {"if_exists": "sometimes"}),
+            ("POST", "/threads/search", {"limit": 0}),
+            ("POST", "/threads/x/runs", {"input": human("hi")}),
+            ("POST", "/threads/x/runs/stream", {"assistant_id": AGENT, "stream_mode": "nope"}),
+            ("POST", "/threads/x/runs/wait", {"assistant_id": AGENT, "input": "text"}),
+        ]:
+            answer = http.request(method, path, json=body)
+            assert answer.status_code in (404, 422), (path, answer.status_code, answer.text)
+        unknown = http.post("/threads", json={}).json()["thread_id"]
+        no_agent = http.post(
+            f"/threads/{unknown}/runs/wait", json={"assistant_id": "nobody", "input": human("hi")}
+        )
+        assert no_agent.status_code == 422, no_agent.text
