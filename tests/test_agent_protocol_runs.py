@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,9 @@ import httpx
 import pytest
 from langgraph_sdk import get_client, get_sync_client
 
+from reactq.worker.agent.llm.replies import Reply
 from tests.gateway_support import Gateway, start_gateway
-from tests.helpers import running_pool, sleepy_lookup
+from tests.helpers import last_user_text, running_pool, sleepy_lookup
 
 pytestmark = pytest.mark.e2e
 
@@ -23,12 +24,19 @@ KEY = "ap-runs-key"
 AGENT = "e2e"
 
 
+def model(request: Mapping[str, Any]) -> Reply:
+    """``sleepy_lookup``; a message with "fail" in it gets a 400 from the model."""
+    if "fail" in last_user_text(request):
+        return Reply.error(400, "the scripted model refuses")
+    return sleepy_lookup(request)
+
+
 @pytest.fixture(scope="module")
 def gateway(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("ap-runs")
-    with running_pool(redis_url, f"{namespace}-ap", tmp, sleepy_lookup) as env:
+    with running_pool(redis_url, f"{namespace}-ap", tmp, model) as env:
         gw = start_gateway({**env, "REACTQ_API_KEYS": KEY}, Path(tmp), KEY)
         try:
             yield gw
@@ -230,3 +238,17 @@ def test_thread_ids_statuses_and_bad_input(gateway: Gateway) -> None:
             f"/threads/{unknown}/runs/wait", json={"assistant_id": "nobody", "input": human("hi")}
         )
         assert no_agent.status_code == 422, no_agent.text
+
+
+def test_a_failed_run_streams_an_error(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            tid = (await lg.threads.create())["thread_id"]
+            parts = [p async for p in lg.runs.stream(tid, AGENT, input=human("fail now"))]
+            assert [p.event for p in parts][-2:] == ["error", "end"], parts
+            assert parts[-2].data["message"]
+            assert (await lg.threads.get(tid))["status"] == "error"
+            failed = await lg.runs.wait(tid, AGENT, input=human("fail again"), raise_error=False)
+            assert "__error__" in failed
+
+    asyncio.run(scenario())
