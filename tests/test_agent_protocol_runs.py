@@ -67,6 +67,7 @@ def test_stream_values_and_messages_then_state(gateway: Gateway) -> None:
         tid = thread["thread_id"]
         assert thread["status"] == "idle" and thread["metadata"] == {"tag": tag}
         assert (await lg.threads.get(tid))["thread_id"] == tid
+        created: list[Any] = []
         parts = [
             p
             async for p in lg.runs.stream(
@@ -74,8 +75,10 @@ def test_stream_values_and_messages_then_state(gateway: Gateway) -> None:
                 AGENT,
                 input=human("weather"),
                 stream_mode=["values", "messages-tuple", "updates", "metadata"],
+                on_run_created=created.append,
             )
         ]
+        assert [c["run_id"] for c in created] == [parts[0].data["run_id"]]
         events = [p.event for p in parts]
 
         assert events[0] == "metadata" and "run_id" in parts[0].data
@@ -87,6 +90,8 @@ def test_stream_values_and_messages_then_state(gateway: Gateway) -> None:
         assert ai["tool_calls"][0]["args"] == {"key": "weather"}
         assert tool["tool_call_id"] == ai["tool_calls"][0]["id"]
         assert answer["content"] == "answer to: weather"
+        chunk, meta = next(p.data for p in parts if p.event == "messages")
+        assert chunk["type"] in ("ai", "AIMessageChunk") and meta["run_id"] == created[0]["run_id"]
         updates = [p.data for p in parts if p.event == "updates"]
         assert [next(iter(u)) for u in updates] == ["agent", "tools", "agent"]
 

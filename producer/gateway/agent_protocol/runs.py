@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
@@ -194,14 +195,21 @@ def _check_modes(modes: list[str]) -> None:
         )
 
 
-def _streaming(thread_id: str, run_id: str, body: AsyncIterator[bytes]) -> StreamingResponse:
+def _streaming(
+    thread_id: str, run_id: str, modes: list[str], body: AsyncIterator[bytes]
+) -> StreamingResponse:
+    run = f"/threads/{quote(thread_id, safe='')}/runs/{quote(run_id, safe='')}"
+    query = urlencode([("stream_mode", m) for m in modes])
     return StreamingResponse(
         body,
         media_type="text/event-stream",
         headers={
             "Cache-Control": "no-cache",
             "X-Accel-Buffering": "no",
-            "Content-Location": f"/threads/{thread_id}/runs/{run_id}",
+            # The SDK names the run from it (``on_run_created``), and reconnects to the
+            # join stream at ``Location`` (with ``Last-Event-ID``) when the stream drops.
+            "Content-Location": run,
+            "Location": f"{run}/stream?{query}",
         },
     )
 
@@ -258,7 +266,7 @@ async def stream_run(
     _check_modes(modes)
     handle = await _submit(gateway, scope, thread_id, body)
     body_bytes = _run_frames(gateway, thread_id, handle.turn_id, modes, None)
-    return _streaming(thread_id, handle.turn_id, body_bytes)
+    return _streaming(thread_id, handle.turn_id, modes, body_bytes)
 
 
 @router.get(
@@ -354,9 +362,9 @@ async def join_stream(
         gone = (
             [sse("values", values), sse("end", None)] if "values" in modes else [sse("end", None)]
         )
-        return _streaming(thread_id, run_id, _chunks(gone))
+        return _streaming(thread_id, run_id, modes, _chunks(gone))
     return _streaming(
-        thread_id, run_id, _run_frames(gateway, thread_id, run_id, modes, last_event_id)
+        thread_id, run_id, modes, _run_frames(gateway, thread_id, run_id, modes, last_event_id)
     )
 
 
