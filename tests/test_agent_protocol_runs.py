@@ -185,6 +185,18 @@ def test_reject_cancel_and_resume_a_stream(gateway: Gateway) -> None:
         assert (await lg.runs.get(tid, slow["run_id"]))["status"] == "interrupted"
         assert (await lg.threads.get(tid))["status"] == "idle"
 
+        # ``interrupt``: the running run stops, the new one runs.
+        old = await lg.runs.create(tid, AGENT, input=human("sleep=0.5 old"))
+        await asyncio.sleep(0.3)
+        new = await lg.runs.create(
+            tid, AGENT, input=human("sleep=0.1 new"), multitask_strategy="interrupt"
+        )
+        await lg.runs.join(tid, new["run_id"])
+        assert (await lg.runs.get(tid, old["run_id"]))["status"] == "interrupted"
+        assert (await lg.runs.get(tid, new["run_id"]))["status"] == "success"
+        statuses = [r["status"] for r in await lg.runs.list(tid, limit=2)]
+        assert statuses == ["success", "interrupted"]
+
     asyncio.run(scenario())
 
 
