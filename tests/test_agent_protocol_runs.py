@@ -21,6 +21,8 @@ from tests.helpers import last_user_text, running_pool, sleepy_lookup
 pytestmark = pytest.mark.e2e
 
 KEY = "ap-runs-key"
+TENANT = "ap-tenant-key"
+KEYS = f"{KEY},acme:{TENANT};prefix=acme-;agents=other"
 AGENT = "e2e"
 
 
@@ -37,15 +39,15 @@ def gateway(
 ) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("ap-runs")
     with running_pool(redis_url, f"{namespace}-ap", tmp, model) as env:
-        gw = start_gateway({**env, "REACTQ_API_KEYS": KEY}, Path(tmp), KEY)
+        gw = start_gateway({**env, "REACTQ_API_KEYS": KEYS}, Path(tmp), KEY)
         try:
             yield gw
         finally:
             gw.stop()
 
 
-def client(gateway: Gateway) -> Any:
-    return get_client(url=gateway.url, api_key=None, headers={"Authorization": f"Bearer {KEY}"})
+def client(gateway: Gateway, key: str = KEY) -> Any:
+    return get_client(url=gateway.url, api_key=None, headers={"Authorization": f"Bearer {key}"})
 
 
 def human(text: str) -> dict[str, Any]:
@@ -267,5 +269,28 @@ def test_a_failed_run_streams_an_error(gateway: Gateway) -> None:
             assert (await lg.threads.get(tid))["status"] == "error"
             failed = await lg.runs.wait(tid, AGENT, input=human("fail again"), raise_error=False)
             assert "__error__" in failed
+
+    asyncio.run(scenario())
+
+
+def test_stateless_runs_count_and_a_tenant_key(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            values = await lg.runs.wait(None, AGENT, input=human("no thread"))
+            assert types(values) == ["human", "ai", "tool", "ai"]
+            parts = [p async for p in lg.runs.stream(None, AGENT, input=human("streamed"))]
+            assert types(parts[-2].data) == ["human", "ai", "tool", "ai"]
+            tag = uuid.uuid4().hex[:8]
+            for _ in range(3):
+                await lg.threads.create(metadata={"count": tag})
+            assert await lg.threads.count(metadata={"count": tag}) == 3
+        async with client(gateway, TENANT) as tenant:
+            mine = await tenant.threads.create()
+            assert mine["thread_id"].startswith("acme-")
+            with pytest.raises(httpx.HTTPStatusError) as not_its_agent:
+                await tenant.runs.wait(mine["thread_id"], AGENT, input=human("hi"))
+            assert not_its_agent.value.response.status_code == 422
+            others = await tenant.threads.search(limit=100)
+            assert [t["thread_id"] for t in others] == [mine["thread_id"]]
 
     asyncio.run(scenario())

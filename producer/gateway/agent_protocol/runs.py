@@ -9,6 +9,7 @@ docstring)::
     POST /threads/{thread_id}/runs/{run_id}/cancel       cancel it                   200 404
     GET  /threads/{thread_id}/runs/{run_id}/join         wait for it: the values     200 404
     GET  /threads/{thread_id}/runs/{run_id}/stream       its stream again (Last-Event-ID)
+    POST /runs, /runs/wait, /runs/stream                 stateless: on a thread made for the run
 
 ``input={"messages": [...]}``'s last human message is the turn's message;
 ``multitask_strategy`` (``reject`` by default, as LangGraph's server) is reactq's strategy
@@ -19,6 +20,7 @@ of the same name: a run a ``reject`` refuses gets 409. The stream's modes are
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
@@ -47,9 +49,10 @@ from reactq.producer.gateway.agent_protocol.threads import (
 )
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep
 from reactq.producer.gateway.errors import GatewayError, state_store_errors
-from reactq.producer.gateway.scopes import touches
+from reactq.producer.gateway.scopes import listing, touches
 from reactq.producer.gateway.service import Gateway
 from reactq.producer.turn_lookup import TurnInfo
+from reactq.shared.errors import UnknownAgentError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
@@ -128,6 +131,14 @@ async def _submit(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate)
         raise thread_not_found()
     message = input_message(body.input)
     choice = await assistants.choose(gateway, body.assistant_id)
+    if scope is not None and not scope.may_run(choice.agent):
+        # As the guard answers an agent outside a key's ``agents=``: as one nobody hosts.
+        raise GatewayError(
+            f"no worker hosts agent {body.assistant_id!r}",
+            status=422,
+            error_code=UnknownAgentError.code,
+            field="body.assistant_id",
+        )
     strategy = body.multitask_strategy
     ours = {"assistant_id": body.assistant_id, "multitask_strategy": strategy.value}
     return await gateway.producer.submit(
@@ -371,3 +382,42 @@ async def join_stream(
 async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
     for chunk in chunks:
         yield chunk
+
+
+def _new_thread(scope: Any) -> str:
+    """A stateless run's thread: a new one (the tenant's, for a key with a prefix)."""
+    thread_id = str(uuid.uuid4())
+    prefix = getattr(scope, "prefix", None)
+    return f"{prefix}{thread_id}" if prefix else thread_id
+
+
+def _stateless(body: RunCreate) -> RunCreate:
+    return body.model_copy(update={"if_not_exists": "create"})
+
+
+@router.post("/runs", dependencies=[listing()], summary="Create a stateless background run")
+async def create_stateless_run(
+    body: RunCreate, gateway: GatewayDep, scope: ScopeDep
+) -> dict[str, Any]:
+    """A background run on a thread made for it."""
+    return await create_run(_new_thread(scope), _stateless(body), gateway, scope)
+
+
+@router.post("/runs/wait", dependencies=[listing()], summary="Run statelessly and wait")
+async def wait_stateless_run(body: RunCreate, gateway: GatewayDep, scope: ScopeDep) -> Any:
+    """Run on a thread made for the run; its final values."""
+    return await wait_run(_new_thread(scope), _stateless(body), gateway, scope)
+
+
+@router.post(
+    "/runs/stream",
+    dependencies=[listing()],
+    response_class=StreamingResponse,
+    summary="Run statelessly and stream it (Server-Sent Events)",
+)
+async def stream_stateless_run(
+    body: RunCreate, gateway: GatewayDep, scope: ScopeDep
+) -> StreamingResponse:
+    """Run on a thread made for the run and stream it, as ``POST
+    /threads/{thread_id}/runs/stream``."""
+    return await stream_run(_new_thread(scope), _stateless(body), gateway, scope)

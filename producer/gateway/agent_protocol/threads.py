@@ -2,6 +2,7 @@
 
     POST   /threads                    create (thread_id, metadata, if_exists)   200 409
     POST   /threads/search             search: metadata, status, limit, offset   200
+    POST   /threads/count              how many a search finds                   200
     GET    /threads/{thread_id}        the thread                                200 404
     PATCH  /threads/{thread_id}        merge into its metadata                   200 404
     DELETE /threads/{thread_id}        delete it (its session)                   204 404 409
@@ -37,6 +38,7 @@ from reactq.shared.errors import SessionBusyError, SessionNotFoundError
 from reactq.shared.turns import SESSION_ID_RE, TurnStatus, validate_session_id
 
 __all__ = [
+    "ThreadCount",
     "ThreadCreate",
     "ThreadPatch",
     "ThreadSearch",
@@ -281,6 +283,32 @@ async def search_threads(
         if len(out) >= body.limit:
             break
     return out
+
+
+class ThreadCount(BaseModel):
+    """``POST /threads/count``'s body."""
+
+    metadata: dict[str, Any] | None = None
+    """Threads whose metadata holds each of these keys with that value."""
+    status: ThreadStatus | None = None
+    """Threads in this status."""
+
+
+@router.post(
+    "/threads/count",
+    dependencies=[listing()],
+    summary="Count threads",
+)
+async def count_threads(body: ThreadCount, gateway: GatewayDep, scope: ScopeDep) -> int:
+    """How many threads ``POST /threads/search`` would find (without its limit)."""
+    search = ThreadSearch(metadata=body.metadata, status=body.status, limit=_MAX_SEARCH)
+    found = 0
+    while True:
+        page = await search_threads(search, gateway, scope)
+        found += len(page)
+        if len(page) < _MAX_SEARCH:
+            return found
+        search = search.model_copy(update={"offset": search.offset + _MAX_SEARCH})
 
 
 @router.get(
