@@ -27,9 +27,15 @@ AGENT = "e2e"
 
 
 def model(request: Mapping[str, Any]) -> Reply:
-    """``sleepy_lookup``; a message with "fail" in it gets a 400 from the model."""
-    if "fail" in last_user_text(request):
+    """``sleepy_lookup``; a message with "fail" in it gets a 400 from the model, and
+    ``pay PATH`` calls ``pay`` (which waits for approval), then answers "paid"."""
+    text = last_user_text(request)
+    if "fail" in text:
         return Reply.error(400, "the scripted model refuses")
+    if text.startswith("pay "):
+        if request["messages"][-1]["role"] == "user":
+            return Reply.tool_calls([("pay", {"path": text.split()[1], "amount": 5})])
+        return Reply.text("paid")
     return sleepy_lookup(request)
 
 
@@ -38,7 +44,9 @@ def gateway(
     redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("ap-runs")
-    with running_pool(redis_url, f"{namespace}-ap", tmp, model) as env:
+    with running_pool(
+        redis_url, f"{namespace}-ap", tmp, model, agents="tests.pool_agents:agents"
+    ) as env:
         gw = start_gateway({**env, "REACTQ_API_KEYS": KEYS}, Path(tmp), KEY)
         try:
             yield gw
@@ -292,5 +300,42 @@ def test_stateless_runs_count_and_a_tenant_key(gateway: Gateway) -> None:
             assert not_its_agent.value.response.status_code == 422
             others = await tenant.threads.search(limit=100)
             assert [t["thread_id"] for t in others] == [mine["thread_id"]]
+
+    asyncio.run(scenario())
+
+
+def test_an_interrupt_and_its_resume(gateway: Gateway, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            tid = (await lg.threads.create())["thread_id"]
+            modes = ["values", "updates"]
+            paying = f"pay {tmp_path / 'paid.txt'}"
+            asked = [
+                p
+                async for p in lg.runs.stream(
+                    tid, "durable", input=human(paying), stream_mode=modes
+                )
+            ]
+            assert [p.event for p in asked][-3:] == ["updates", "values", "end"], asked
+            interrupt = asked[-2].data["__interrupt__"][0]
+            assert interrupt["value"]["action_requests"][0]["tool"] == "pay"
+            assert asked[-3].data["__interrupt__"] == [interrupt]
+            assert (await lg.threads.get(tid))["status"] == "interrupted"
+
+            resumed = [
+                p
+                async for p in lg.runs.stream(
+                    tid, "durable", command={"resume": True}, stream_mode=modes
+                )
+            ]
+            assert resumed[-1].event == "end", resumed
+            final = [p.data for p in resumed if p.event == "values"][-1]
+            assert types(final) == ["human", "ai", "tool", "ai"]
+            assert final["messages"][-1]["content"] == "paid"
+            assert (tmp_path / "paid.txt").read_text().startswith("pay 5")
+            assert (await lg.threads.get(tid))["status"] == "idle"
+            with pytest.raises(httpx.HTTPStatusError) as nothing:
+                await lg.runs.wait(tid, "durable", command={"resume": True})
+            assert nothing.value.response.status_code == 409
 
     asyncio.run(scenario())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
 
@@ -52,8 +53,14 @@ from reactq.producer.gateway.errors import GatewayError, state_store_errors
 from reactq.producer.gateway.scopes import listing, touches
 from reactq.producer.gateway.service import Gateway
 from reactq.producer.turn_lookup import TurnInfo
-from reactq.shared.errors import UnknownAgentError
-from reactq.shared.events import Event, FinalEvent
+from reactq.shared.bus import stream_id_gt
+from reactq.shared.errors import (
+    ApprovalClosedError,
+    ApprovalNotFoundError,
+    DecisionConflictError,
+    UnknownAgentError,
+)
+from reactq.shared.events import ApprovalRequestedEvent, Event, FinalEvent
 from reactq.shared.turns import MultitaskStrategy, TurnStatus
 
 __all__ = ["RunCreate", "router", "run_object"]
@@ -79,6 +86,9 @@ _STATUS: dict[TurnStatus, RunStatus] = {
 
 _THREAD = "path.thread_id"
 
+_APPROVE = frozenset({"approve", "accept", "yes"})
+_DENY = frozenset({"deny", "reject", "no"})
+
 
 class RunCreate(BaseModel):
     """A run's body (what the SDK's ``runs.create``, ``wait`` and ``stream`` send)."""
@@ -101,6 +111,10 @@ class RunCreate(BaseModel):
     """A thread that does not exist: created by the run, or 404."""
     stream_resumable: bool | None = None
     """Accepted: every stream is resumable."""
+    command: dict[str, Any] | None = None
+    """``{"resume": ...}``: decide the calls the thread's interrupted run waits on
+    (``True``/``"approve"``, ``False``/``"deny"``, or ``{call_id: True | False | reason}``);
+    the run is that run, resumed."""
 
 
 def run_object(
@@ -123,6 +137,63 @@ def run_object(
         "multitask_strategy": ours.get("multitask_strategy", "reject"),
         "kwargs": {},
     }
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run begun: its turn, and the event its stream starts after (a resumed run's:
+    its last wait for a person)."""
+
+    run_id: str
+    created: float
+    after: str | None = None
+
+
+def _decisions(resume: Any, call_ids: list[str]) -> dict[str, bool | str]:
+    """A ``command.resume`` as reactq's decisions over the waiting calls; 422 for a
+    value that is none."""
+    if isinstance(resume, str) and resume.lower() in _APPROVE | _DENY:
+        resume = resume.lower() in _APPROVE
+    if isinstance(resume, bool):
+        return dict.fromkeys(call_ids, resume)
+    if (
+        isinstance(resume, dict)
+        and resume
+        and all(isinstance(v, bool | str) for v in resume.values())
+    ):
+        return {str(k): v for k, v in resume.items()}
+    raise GatewayError(
+        'command.resume must be true, false, "approve", "deny" or {call_id: true | false | reason}',
+        status=422,
+        error_code="invalid_command",
+        field="command.resume",
+    )
+
+
+async def _resume(gateway: Gateway, thread_id: str, resume: Any) -> Started:
+    """Decide the calls the thread's interrupted run waits on; that run, resumed."""
+    waiting = await gateway.producer.pending_approvals(thread_id)
+    if not waiting:
+        raise GatewayError(
+            "the thread has no interrupted run to resume", status=409, error_code="not_interrupted"
+        )
+    run_id = waiting[0].turn_id
+    calls = [w.call_id for w in waiting if w.turn_id == run_id]
+    kept = await gateway.streamed_events(thread_id, run_id)
+    asked = [e.id for e in kept if isinstance(e, ApprovalRequestedEvent) and e.id]
+    try:
+        await gateway.producer.decide(run_id, _decisions(resume, calls), by="agent-protocol")
+    except (ApprovalNotFoundError, ApprovalClosedError, DecisionConflictError) as exc:
+        raise GatewayError(str(exc), status=409, error_code="not_interrupted") from None
+    return Started(run_id, time.time(), asked[-1] if asked else None)
+
+
+async def _start(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate) -> Started:
+    """Begin the run: resume the thread's interrupted run, or submit a new turn."""
+    if body.command is not None and "resume" in body.command:
+        return await _resume(gateway, thread_id, body.command["resume"])
+    handle = await _submit(gateway, scope, thread_id, body)
+    return Started(handle.turn_id, handle.queued.ts)
 
 
 async def _submit(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate) -> Any:
@@ -162,27 +233,39 @@ async def _turn(gateway: Gateway, thread_id: str, run_id: str) -> TurnInfo:
     return info
 
 
-async def _events(gateway: Gateway, thread_id: str, run_id: str) -> AsyncIterator[Event]:
-    """The turn's events from its first to its last (its final, or its wait for a
-    person): replayed from the session's stream, then live."""
+async def _events(
+    gateway: Gateway, thread_id: str, run_id: str, after: str | None = None
+) -> AsyncIterator[Event]:
+    """The turn's events from its first to its last (its final, or a wait for a person
+    after ``after``): replayed from the session's stream, then live."""
+
+    def last(event: Event) -> bool:
+        return ends_stream(event) and (
+            after is None or event.id is None or stream_id_gt(event.id, after.partition("/")[0])
+        )
+
     kept = await gateway.streamed_events(thread_id, run_id)
-    if any(ends_stream(e) for e in kept):
+    if any(last(e) for e in kept):
         for event in kept:
             yield event
+            if last(event):
+                return
         return
     async for event in gateway.producer.subscribe(thread_id, after="0"):
         if event.turn_id == run_id:
             yield event
-            if ends_stream(event):
+            if last(event):
                 return
 
 
-async def _until_end(gateway: Gateway, thread_id: str, run_id: str) -> FinalEvent | None:
+async def _until_end(
+    gateway: Gateway, thread_id: str, run_id: str, after: str | None = None
+) -> FinalEvent | None:
     """Wait for the run to end (or wait for a person: None)."""
     info = await _turn(gateway, thread_id, run_id)
     if info.final is not None:
         return info.final
-    async for event in _events(gateway, thread_id, run_id):
+    async for event in _events(gateway, thread_id, run_id, after):
         if isinstance(event, FinalEvent):
             return event
     return None
@@ -231,7 +314,8 @@ async def _run_frames(
     with state_store_errors():
         history = await gateway.producer.history(thread_id)
     stream = RunStream(run_id, thread_id, modes, thread_messages(history, without_turn=run_id))
-    async for piece in frames(stream, _events(gateway, thread_id, run_id), after=after):
+    events = _events(gateway, thread_id, run_id, after)
+    async for piece in frames(stream, events, after=after):
         yield piece
 
 
@@ -243,9 +327,13 @@ async def _run_frames(
 async def create_run(
     thread_id: str, body: RunCreate, gateway: GatewayDep, scope: ScopeDep
 ) -> dict[str, Any]:
-    """Queue the run's turn; the Run (``pending``)."""
-    handle = await _submit(gateway, scope, thread_id, body)
-    run = run_object(thread_id, handle.turn_id, None, created=handle.queued.ts)
+    """Queue the run's turn (or resume the interrupted one); the Run."""
+    started = await _start(gateway, scope, thread_id, body)
+    if body.command is not None and "resume" in body.command:
+        return run_object(
+            thread_id, started.run_id, await _turn(gateway, thread_id, started.run_id)
+        )
+    run = run_object(thread_id, started.run_id, None, created=started.created)
     ours = {"assistant_id": body.assistant_id, "multitask_strategy": body.multitask_strategy.value}
     return {**run, **ours, "metadata": body.metadata}
 
@@ -258,8 +346,8 @@ async def create_run(
 async def wait_run(thread_id: str, body: RunCreate, gateway: GatewayDep, scope: ScopeDep) -> Any:
     """Run the turn and answer the thread's values once it ends (``__error__`` for a
     failed one)."""
-    handle = await _submit(gateway, scope, thread_id, body)
-    final = await _until_end(gateway, thread_id, handle.turn_id)
+    started = await _start(gateway, scope, thread_id, body)
+    final = await _until_end(gateway, thread_id, started.run_id, started.after)
     return await _final_values(gateway, thread_id, final)
 
 
@@ -275,9 +363,9 @@ async def stream_run(
     """Run the turn and stream it in the modes asked for (see ``streams.py``)."""
     modes = modes_of(body.stream_mode)
     _check_modes(modes)
-    handle = await _submit(gateway, scope, thread_id, body)
-    body_bytes = _run_frames(gateway, thread_id, handle.turn_id, modes, None)
-    return _streaming(thread_id, handle.turn_id, modes, body_bytes)
+    started = await _start(gateway, scope, thread_id, body)
+    body_bytes = _run_frames(gateway, thread_id, started.run_id, modes, started.after)
+    return _streaming(thread_id, started.run_id, modes, body_bytes)
 
 
 @router.get(

@@ -53,6 +53,7 @@ __all__ = [
     "RunStream",
     "ends_stream",
     "frames",
+    "interrupt_of",
     "modes_of",
     "sse",
 ]
@@ -151,6 +152,13 @@ class RunStream:
             out += self._add("tools", message)
         elif isinstance(event, ApprovalRequestedEvent):
             out += self._flush_ai()
+            interrupts = [interrupt_of(event)]
+            if "updates" in self.modes:
+                out.append(("updates", {"__interrupt__": interrupts}))
+            if "values" in self.modes:
+                out.append(
+                    ("values", {"messages": list(self.messages), "__interrupt__": interrupts})
+                )
         elif isinstance(event, FinalEvent):
             out += self._final(event)
         return out
@@ -164,6 +172,16 @@ class RunStream:
                 ("error", {"error": final.code or final.status.value, "message": final.text})
             )
         return out
+
+
+def interrupt_of(event: ApprovalRequestedEvent) -> dict[str, Any]:
+    """An Interrupt: the calls a turn waits on a person for (resume with
+    ``command={"resume": ...}``)."""
+    calls = [
+        {"call_id": c.get("call_id"), "tool": c.get("tool"), "arguments": c.get("arguments")}
+        for c in event.calls
+    ]
+    return {"value": {"action_requests": calls}, "id": event.turn_id}
 
 
 def ends_stream(event: Event) -> bool:
@@ -184,17 +202,18 @@ async def frames(
     sent_of_group = int(sub) if sub else None
     async for event in iterator:
         group = stream.parts(event)
+        seen = bool(after) and event.id is not None and not stream_id_gt(event.id, after_id)
         start = 0
-        if after and event.id is not None and not stream_id_gt(event.id, after_id):
+        if seen:
             # Sent already: all of it, or up to its message ``sent_of_group``.
-            start = (
-                len(group) if event.id != after_id or sent_of_group is None else sent_of_group + 1
-            )
+            partly = event.id == after_id and sent_of_group is not None
+            start = sent_of_group + 1 if partly and sent_of_group is not None else len(group)
         for n in range(start, len(group)):
             name, data = group[n]
             last = n == len(group) - 1 or event.id is None
             yield sse(name, data, event.id if last else f"{event.id}/{n}")
-        if ends_stream(event):
+        # A wait for a person the client saw already (a resumed run's) does not end it.
+        if ends_stream(event) and (not seen or start < len(group)):
             break
     yield sse("end", None)
 
