@@ -320,7 +320,11 @@ def test_an_interrupt_and_its_resume(gateway: Gateway, tmp_path: Path) -> None:
             interrupt = asked[-2].data["__interrupt__"][0]
             assert interrupt["value"]["action_requests"][0]["tool"] == "pay"
             assert asked[-3].data["__interrupt__"] == [interrupt]
-            assert (await lg.threads.get(tid))["status"] == "interrupted"
+            thread = await lg.threads.get(tid)
+            assert thread["status"] == "interrupted"
+            assert list(thread["interrupts"].values()) == [[interrupt]]
+            state = await lg.threads.get_state(tid)
+            assert state["interrupts"] == [interrupt] and state["next"] == ["tools"]
 
             resumed = [
                 p

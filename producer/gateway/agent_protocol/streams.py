@@ -53,6 +53,7 @@ __all__ = [
     "RunStream",
     "ends_stream",
     "frames",
+    "interrupt",
     "interrupt_of",
     "modes_of",
     "sse",
@@ -174,14 +175,19 @@ class RunStream:
         return out
 
 
-def interrupt_of(event: ApprovalRequestedEvent) -> dict[str, Any]:
-    """An Interrupt: the calls a turn waits on a person for (resume with
-    ``command={"resume": ...}``)."""
-    calls = [
+def interrupt(turn_id: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """An Interrupt: the calls (``call_id``, ``tool``, ``arguments``) a turn waits on a
+    person for; resume with ``command={"resume": ...}``."""
+    requests = [
         {"call_id": c.get("call_id"), "tool": c.get("tool"), "arguments": c.get("arguments")}
-        for c in event.calls
+        for c in calls
     ]
-    return {"value": {"action_requests": calls}, "id": event.turn_id}
+    return {"value": {"action_requests": requests}, "id": turn_id}
+
+
+def interrupt_of(event: ApprovalRequestedEvent) -> dict[str, Any]:
+    """The Interrupt of a turn's wait for a person."""
+    return interrupt(event.turn_id, event.calls)
 
 
 def ends_stream(event: Event) -> bool:

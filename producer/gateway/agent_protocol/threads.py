@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from reactq.producer.gateway.agent_protocol import pending
 from reactq.producer.gateway.agent_protocol.messages import thread_messages
+from reactq.producer.gateway.agent_protocol.streams import interrupt
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep
 from reactq.producer.gateway.errors import GatewayError, state_store_errors
 from reactq.producer.gateway.scopes import listing, session_visible, touches
@@ -101,6 +102,14 @@ def thread_not_found() -> GatewayError:
     return GatewayError("no such thread", status=404, error_code="thread_not_found")
 
 
+def interrupts_of(detail: SessionDetail) -> list[dict[str, Any]]:
+    """The Interrupts of the thread's run waiting for approval ([] for none)."""
+    last = detail.last_turn
+    if last is None or not last.pending_approvals:
+        return []
+    return [interrupt(last.turn_id, [c.model_dump() for c in last.pending_approvals])]
+
+
 def status_of(detail: SessionDetail) -> ThreadStatus:
     """The thread's status from its session's latest turn and queue."""
     last = detail.last_turn.status if detail.last_turn is not None else None
@@ -170,7 +179,7 @@ async def thread_detail(
         "metadata": detail.metadata,
         "status": status_of(detail),
         "values": await thread_values(gateway, thread_id) if values else None,
-        "interrupts": {},
+        "interrupts": {i["id"]: [i] for i in interrupts_of(detail)},
         "config": {},
     }
 
@@ -185,7 +194,12 @@ async def thread_state(gateway: Gateway, thread_id: str) -> dict[str, Any]:
         return _state({"messages": []}, waiting.metadata, waiting.updated_at, thread_id, None)
     last = detail.last_turn.turn_id if detail.last_turn is not None else None
     values = await thread_values(gateway, thread_id)
-    return _state(values, detail.metadata, detail.updated_at, thread_id, last)
+    state = _state(values, detail.metadata, detail.updated_at, thread_id, last)
+    parked = interrupts_of(detail)
+    if parked:
+        task = {"id": parked[0]["id"], "name": "tools", "interrupts": parked, "state": None}
+        state.update(next=["tools"], tasks=[task], interrupts=parked)
+    return state
 
 
 def _state(
