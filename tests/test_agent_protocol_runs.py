@@ -147,6 +147,12 @@ def sync_steps(lg: Any) -> None:
     joined = lg.runs.join(tid, run["run_id"])
     assert types(joined) == ["human", "ai", "tool", "ai"] * 2
     assert lg.runs.get(tid, run["run_id"])["status"] == "success"
+    history = lg.threads.get_history(tid)
+    assert [types(h["values"]) for h in history] == [types(joined), types(values)]
+    assert history[0]["checkpoint"]["checkpoint_id"] == run["run_id"]
+    assert history[0]["parent_checkpoint"] == history[1]["checkpoint"]
+    older = lg.threads.get_history(tid, before=history[0]["checkpoint"])
+    assert [h["checkpoint"] for h in older] == [history[1]["checkpoint"]]
     with pytest.raises(httpx.HTTPStatusError) as unknown:
         lg.runs.wait(str(uuid.uuid4()), AGENT, input=human("x"))
     assert unknown.value.response.status_code == 404

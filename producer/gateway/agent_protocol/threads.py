@@ -7,6 +7,7 @@
     PATCH  /threads/{thread_id}        merge into its metadata                   200 404
     DELETE /threads/{thread_id}        delete it (its session)                   204 404 409
     GET    /threads/{thread_id}/state  its values: {"messages": [...]}           200 404
+    POST   /threads/{thread_id}/history  its state after each run, newest first  200 404
 
 A thread created before any run has no session yet (a session belongs to the agent of
 its first turn): ``pending.py`` keeps it, and its metadata, until its first run. Its
@@ -68,6 +69,15 @@ class ThreadCreate(BaseModel):
     """Its metadata."""
     if_exists: Literal["raise", "do_nothing"] = "raise"
     """An existing ``thread_id``: 409 (``raise``), or the existing thread."""
+
+
+class HistoryQuery(BaseModel):
+    """``POST /threads/{thread_id}/history``'s body."""
+
+    limit: int = Field(default=10, ge=1, le=_MAX_SEARCH)
+    """States at most, newest first."""
+    before: str | dict[str, Any] | None = None
+    """Only the states before this checkpoint (a run id, or ``{"checkpoint_id": ...}``)."""
 
 
 class ThreadPatch(BaseModel):
@@ -211,7 +221,7 @@ def _state(
         "tasks": [],
         "metadata": metadata,
         "created_at": iso(at),
-        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": last},
+        "checkpoint": _checkpoint(thread_id, last),
         "parent_checkpoint": None,
         "interrupts": [],
     }
@@ -390,3 +400,52 @@ async def delete_thread(thread_id: str, gateway: GatewayDep) -> Response:
 async def get_thread_state(thread_id: str, gateway: GatewayDep) -> dict[str, Any]:
     """The thread's values (``{"messages": [...]}`` in LangChain's message format)."""
     return await thread_state(gateway, thread_id)
+
+
+@router.post(
+    "/threads/{thread_id}/history",
+    dependencies=[touches(session="path.thread_id")],
+    summary="A thread's past states",
+)
+async def thread_history(
+    thread_id: str, body: HistoryQuery, gateway: GatewayDep
+) -> list[dict[str, Any]]:
+    """The thread's state after each of its runs, newest first (a checkpoint per run:
+    its ``checkpoint_id`` is the run's id)."""
+    current = await thread_state(gateway, thread_id)
+    with state_store_errors():
+        history = await gateway.producer.history(thread_id)
+    messages = thread_messages(history)
+    # Where each run's messages end: its state is the messages up to there.
+    ends: dict[str, int] = {}
+    for n, message in enumerate(history):
+        if message.turn_id is not None:
+            ends[message.turn_id] = n
+    states: list[dict[str, Any]] = []
+    runs = sorted(ends, key=lambda t: ends[t])
+    place = {run_id: n for n, run_id in enumerate(runs)}
+    for n, run_id in enumerate(runs):
+        upto = [m for m in messages if place.get(_turn_of(m) or "", -1) <= n]
+        parent = runs[n - 1] if n else None
+        state = {**current, "values": {"messages": upto}, "next": [], "tasks": [], "interrupts": []}
+        state["checkpoint"] = _checkpoint(thread_id, run_id)
+        state["parent_checkpoint"] = None if parent is None else _checkpoint(thread_id, parent)
+        states.append(state)
+    states.reverse()
+    if states and states[0]["checkpoint"] == current["checkpoint"]:
+        # The newest is the current state (its interrupts too).
+        states[0] = {**current, "parent_checkpoint": states[0]["parent_checkpoint"]}
+    before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+    if before is not None:
+        ids = [st["checkpoint"]["checkpoint_id"] for st in states]
+        states = states[ids.index(before) + 1 :] if before in ids else []
+    return states[: body.limit]
+
+
+def _checkpoint(thread_id: str, run_id: str | None) -> dict[str, Any]:
+    return {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": run_id}
+
+
+def _turn_of(message: dict[str, Any]) -> str | None:
+    mid = str(message.get("id", ""))
+    return None if mid.startswith("m-") else mid.rpartition("-")[0]
