@@ -267,6 +267,9 @@ def test_thread_ids_statuses_and_bad_input(gateway: Gateway) -> None:
             answer = http.request(method, path, json=body)
             assert answer.status_code in (404, 422), (path, answer.status_code, answer.text)
         unknown = http.post("/threads", json={}).json()["thread_id"]
+        hook = {"assistant_id": AGENT, "input": human("hi"), "webhook": "http://127.0.0.1:9/x"}
+        refused = http.post(f"/threads/{unknown}/runs", json=hook)
+        assert refused.status_code in (422, 501), refused.text
         no_agent = http.post(
             f"/threads/{unknown}/runs/wait", json={"assistant_id": "nobody", "input": human("hi")}
         )

@@ -57,6 +57,7 @@ from reactq.shared.bus import stream_id_gt
 from reactq.shared.errors import (
     ApprovalClosedError,
     ApprovalNotFoundError,
+    ConfigError,
     DecisionConflictError,
     UnknownAgentError,
 )
@@ -111,6 +112,9 @@ class RunCreate(BaseModel):
     """A thread that does not exist: created by the run, or 404."""
     stream_resumable: bool | None = None
     """Accepted: every stream is resumable."""
+    webhook: str | None = Field(default=None, max_length=2048)
+    """POSTed (signed) once the run ends, as a turn's webhook (needs
+    REACTQ_WEBHOOK_SECRET; a URL that is not public is refused: 422)."""
     command: dict[str, Any] | None = None
     """``{"resume": ...}``: decide the calls the thread's interrupted run waits on
     (``True``/``"approve"``, ``False``/``"deny"``, or ``{call_id: True | False | reason}``);
@@ -212,16 +216,21 @@ async def _submit(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate)
         )
     strategy = body.multitask_strategy
     ours = {"assistant_id": body.assistant_id, "multitask_strategy": strategy.value}
-    return await gateway.producer.submit(
-        thread_id,
-        message,
-        agent=choice.agent,
-        strategy=strategy,
-        metadata={**body.metadata, _KEY: ours},
-        context=body.context,
-        overrides=choice.overrides or None,
-        tenant=scope,
-    )
+    try:
+        return await gateway.producer.submit(
+            thread_id,
+            message,
+            agent=choice.agent,
+            strategy=strategy,
+            metadata={**body.metadata, _KEY: ours},
+            context=body.context,
+            overrides=choice.overrides or None,
+            webhook=body.webhook,
+            tenant=scope,
+        )
+    except ConfigError as exc:
+        # A webhook without REACTQ_WEBHOOK_SECRET: the pool is not set up for it.
+        raise GatewayError(exc.message, status=501, error_code="not_implemented") from None
 
 
 async def _turn(gateway: Gateway, thread_id: str, run_id: str) -> TurnInfo:
