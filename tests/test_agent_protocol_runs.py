@@ -15,7 +15,7 @@ import pytest
 from langgraph_sdk import get_client, get_sync_client
 
 from reactq.worker.agent.llm.replies import Reply
-from tests.gateway_support import Gateway, start_gateway
+from tests.gateway_support import Gateway, SSEReader, start_gateway
 from tests.helpers import last_user_text, running_pool, sleepy_lookup
 
 pytestmark = pytest.mark.e2e
@@ -47,7 +47,9 @@ def gateway(
     with running_pool(
         redis_url, f"{namespace}-ap", tmp, model, agents="tests.pool_agents:agents"
     ) as env:
-        gw = start_gateway({**env, "REACTQ_API_KEYS": KEYS}, Path(tmp), KEY)
+        gw = start_gateway(
+            {**env, "REACTQ_API_KEYS": KEYS, "REACTQ_SSE_HEARTBEAT_SECONDS": "0.2"}, Path(tmp), KEY
+        )
         try:
             yield gw
         finally:
@@ -270,6 +272,13 @@ def test_thread_ids_statuses_and_bad_input(gateway: Gateway) -> None:
         hook = {"assistant_id": AGENT, "input": human("hi"), "webhook": "http://127.0.0.1:9/x"}
         refused = http.post(f"/threads/{unknown}/runs", json=hook)
         assert refused.status_code in (422, 501), refused.text
+        # A quiet stream gets keep-alive comments (REACTQ_SSE_HEARTBEAT_SECONDS).
+        slow = {"assistant_id": AGENT, "input": human("sleep=0.6 quiet")}
+        run_id = http.post(f"/threads/{unknown}/runs", json=slow).json()["run_id"]
+        with http.stream("GET", f"/threads/{unknown}/runs/{run_id}/stream") as response:
+            reader = SSEReader(response.iter_lines())
+            kinds = [m.event for m in reader]
+        assert kinds[-1] == "end" and reader.comments, (kinds, reader.comments)
         no_agent = http.post(
             f"/threads/{unknown}/runs/wait", json={"assistant_id": "nobody", "input": human("hi")}
         )

@@ -324,7 +324,8 @@ async def _run_frames(
         history = await gateway.producer.history(thread_id)
     stream = RunStream(run_id, thread_id, modes, thread_messages(history, without_turn=run_id))
     events = _events(gateway, thread_id, run_id, after)
-    async for piece in frames(stream, events, after=after):
+    beat = gateway.settings.sse_heartbeat_seconds
+    async for piece in frames(stream, events, after=after, heartbeat=beat):
         yield piece
 
 

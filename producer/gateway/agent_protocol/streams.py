@@ -20,6 +20,7 @@ event and the messages up to that id are not sent again (``frames``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from reactq.producer.gateway.agent_protocol.messages import (
     tool_call,
     tool_message,
 )
+from reactq.producer.gateway.sse import KEEPALIVE
 from reactq.shared.bus import stream_id_gt
 from reactq.shared.events import (
     ActionEvent,
@@ -200,13 +202,18 @@ async def frames(
     events: AsyncIterator[Event] | Iterable[Event],
     *,
     after: str | None = None,
+    heartbeat: float | None = None,
 ) -> AsyncIterator[bytes]:
     """The run's SSE bytes from its events (first to last), sending only what follows
-    the event ``after`` (a ``Last-Event-ID``), then ``end``."""
+    the event ``after`` (a ``Last-Event-ID``), then ``end``; a keep-alive comment after
+    ``heartbeat`` seconds without one (so a proxy does not close a quiet stream)."""
     iterator = events.__aiter__() if isinstance(events, AsyncIterator) else _aiter(events)
     after_id, _, sub = (after or "").partition("/")
     sent_of_group = int(sub) if sub else None
-    async for event in iterator:
+    async for event in _beating(iterator, heartbeat):
+        if event is None:
+            yield KEEPALIVE
+            continue
         group = stream.parts(event)
         seen = bool(after) and event.id is not None and not stream_id_gt(event.id, after_id)
         start = 0
@@ -222,6 +229,24 @@ async def frames(
         if ends_stream(event) and (not seen or start < len(group)):
             break
     yield sse("end", None)
+
+
+async def _beating(
+    events: AsyncIterator[Event], heartbeat: float | None
+) -> AsyncIterator[Event | None]:
+    """``events``, with None after each ``heartbeat`` seconds without one. The next
+    event is awaited in one task across the beats: cancelling it would end ``events``."""
+    while True:
+        step = asyncio.ensure_future(anext(events))
+        try:
+            while not (await asyncio.wait({step}, timeout=heartbeat))[0]:
+                yield None
+            event = step.result()
+        except StopAsyncIteration:
+            return
+        finally:
+            step.cancel()
+        yield event
 
 
 async def _aiter(events: Iterable[Event]) -> AsyncIterator[Event]:
