@@ -265,6 +265,11 @@ def test_thread_ids_statuses_and_bad_input(gateway: Gateway) -> None:
             ("POST", "/threads/x/runs", {"input": human("hi")}),
             ("POST", "/threads/x/runs/stream", {"assistant_id": AGENT, "stream_mode": "nope"}),
             ("POST", "/threads/x/runs/wait", {"assistant_id": AGENT, "input": "text"}),
+            (
+                "POST",
+                "/runs/wait",
+                {"assistant_id": AGENT, "input": human("x"), "after_seconds": 5},
+            ),
         ]:
             answer = http.request(method, path, json=body)
             assert answer.status_code in (404, 422), (path, answer.status_code, answer.text)

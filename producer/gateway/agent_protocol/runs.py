@@ -87,6 +87,14 @@ _STATUS: dict[TurnStatus, RunStatus] = {
 
 _THREAD = "path.thread_id"
 
+_NOT_SERVED = (
+    "after_seconds",
+    "interrupt_before",
+    "interrupt_after",
+    "checkpoint",
+    "checkpoint_id",
+)
+
 _APPROVE = frozenset({"approve", "accept", "yes"})
 _DENY = frozenset({"deny", "reject", "no"})
 
@@ -115,6 +123,16 @@ class RunCreate(BaseModel):
     webhook: str | None = Field(default=None, max_length=2048)
     """POSTed (signed) once the run ends, as a turn's webhook (needs
     REACTQ_WEBHOOK_SECRET; a URL that is not public is refused: 422)."""
+    after_seconds: float | None = None
+    """Not served yet: 422."""
+    interrupt_before: Any = None
+    """Not served (reactq interrupts on a tool's approval): 422."""
+    interrupt_after: Any = None
+    """Not served: 422."""
+    checkpoint: Any = None
+    """Not served (a run starts from the thread's latest state): 422."""
+    checkpoint_id: str | None = None
+    """Not served: 422."""
     command: dict[str, Any] | None = None
     """``{"resume": ...}``: decide the calls the thread's interrupted run waits on
     (``True``/``"approve"``, ``False``/``"deny"``, or ``{call_id: True | False | reason}``);
@@ -194,6 +212,14 @@ async def _resume(gateway: Gateway, thread_id: str, resume: Any) -> Started:
 
 async def _start(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate) -> Started:
     """Begin the run: resume the thread's interrupted run, or submit a new turn."""
+    for name in _NOT_SERVED:
+        if getattr(body, name) is not None:
+            raise GatewayError(
+                f"{name} is not supported by this server",
+                status=422,
+                error_code="not_supported",
+                field=f"body.{name}",
+            )
     if body.command is not None and "resume" in body.command:
         return await _resume(gateway, thread_id, body.command["resume"])
     handle = await _submit(gateway, scope, thread_id, body)
