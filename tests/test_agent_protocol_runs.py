@@ -260,6 +260,11 @@ def test_thread_ids_statuses_and_bad_input(gateway: Gateway) -> None:
     with gateway.client() as http:
         for method, path, body in [
             ("POST", "/threads", {"thread_id": "a b"}),
+            ("GET", "/threads/a%20b", None),
+            ("GET", "/threads/a%20b/state", None),
+            ("POST", "/threads/a%20b/runs/wait", {"assistant_id": AGENT, "input": human("x")}),
+            ("GET", f"/threads/{'x' * 300}/runs", None),
+            ("GET", "/threads/x/runs/t_1/stream", None),
             ("POST", "/threads", {"if_exists": "sometimes"}),
             ("POST", "/threads/search", {"limit": 0}),
             ("POST", "/threads/x/runs", {"input": human("hi")}),
