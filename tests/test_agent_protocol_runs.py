@@ -5,6 +5,9 @@ scripted model (``lookup`` then an answer; ``sleep=S`` in a message: S seconds a
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -15,6 +18,7 @@ import pytest
 from langgraph_sdk import get_client, get_sync_client
 
 from reactq.worker.agent.llm.replies import Reply
+from tests.conftest import unavailable
 from tests.gateway_support import Gateway, SSEReader, start_gateway
 from tests.helpers import last_user_text, running_pool, sleepy_lookup
 
@@ -371,3 +375,39 @@ def test_an_interrupt_and_its_resume(gateway: Gateway, tmp_path: Path) -> None:
             assert nothing.value.response.status_code == 409
 
     asyncio.run(scenario())
+
+
+JS_SCRIPT = Path(__file__).parent / "js" / "agent_protocol_stream.mjs"
+
+
+def test_the_javascript_sdk_streams_a_run(
+    gateway: Gateway, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        unavailable("npm and node are needed for the JavaScript SDK's test")
+        return
+    where = tmp_path_factory.mktemp("js-sdk")
+    install = subprocess.run(
+        [npm, "install", "--silent", "--no-audit", "--no-fund", "@langchain/langgraph-sdk"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if install.returncode != 0:
+        unavailable(f"npm could not install @langchain/langgraph-sdk: {install.stderr[-500:]}")
+        return
+    script = where / JS_SCRIPT.name
+    shutil.copy(JS_SCRIPT, script)
+    ran = subprocess.run(
+        [node, str(script), gateway.url, KEY, AGENT],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert "messages" in seen["seen"] and "values" in seen["seen"]
+    assert seen["last"] == seen["state"] == ["human", "ai", "tool", "ai"]
