@@ -48,7 +48,7 @@ from reactq.producer.gateway.agent_protocol.threads import (
     thread_not_found,
     thread_values,
 )
-from reactq.producer.gateway.deps import GatewayDep, ScopeDep
+from reactq.producer.gateway.deps import GatewayDep, ScopeDep, SessionId, TurnId
 from reactq.producer.gateway.errors import GatewayError, state_store_errors
 from reactq.producer.gateway.scopes import listing, touches
 from reactq.producer.gateway.service import Gateway
@@ -361,7 +361,7 @@ async def _run_frames(
     summary="Create a background run",
 )
 async def create_run(
-    thread_id: str, body: RunCreate, gateway: GatewayDep, scope: ScopeDep
+    thread_id: SessionId, body: RunCreate, gateway: GatewayDep, scope: ScopeDep
 ) -> dict[str, Any]:
     """Queue the run's turn (or resume the interrupted one); the Run."""
     started = await _start(gateway, scope, thread_id, body)
@@ -379,7 +379,9 @@ async def create_run(
     dependencies=[touches(session=_THREAD)],
     summary="Run and wait for the final values",
 )
-async def wait_run(thread_id: str, body: RunCreate, gateway: GatewayDep, scope: ScopeDep) -> Any:
+async def wait_run(
+    thread_id: SessionId, body: RunCreate, gateway: GatewayDep, scope: ScopeDep
+) -> Any:
     """Run the turn and answer the thread's values once it ends (``__error__`` for a
     failed one)."""
     started = await _start(gateway, scope, thread_id, body)
@@ -394,7 +396,7 @@ async def wait_run(thread_id: str, body: RunCreate, gateway: GatewayDep, scope: 
     summary="Run and stream it (Server-Sent Events)",
 )
 async def stream_run(
-    thread_id: str, body: RunCreate, gateway: GatewayDep, scope: ScopeDep
+    thread_id: SessionId, body: RunCreate, gateway: GatewayDep, scope: ScopeDep
 ) -> StreamingResponse:
     """Run the turn and stream it in the modes asked for (see ``streams.py``)."""
     modes = modes_of(body.stream_mode)
@@ -410,7 +412,7 @@ async def stream_run(
     summary="A thread's runs",
 )
 async def list_runs(
-    thread_id: str,
+    thread_id: SessionId,
     gateway: GatewayDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 10,
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -432,7 +434,7 @@ async def list_runs(
     dependencies=[touches(session=_THREAD, turn="path.run_id")],
     summary="A run",
 )
-async def get_run(thread_id: str, run_id: str, gateway: GatewayDep) -> dict[str, Any]:
+async def get_run(thread_id: SessionId, run_id: TurnId, gateway: GatewayDep) -> dict[str, Any]:
     """The run: its status, metadata and strategy."""
     return run_object(thread_id, run_id, await _turn(gateway, thread_id, run_id))
 
@@ -443,8 +445,8 @@ async def get_run(thread_id: str, run_id: str, gateway: GatewayDep) -> dict[str,
     summary="Cancel a run",
 )
 async def cancel_run(
-    thread_id: str,
-    run_id: str,
+    thread_id: SessionId,
+    run_id: TurnId,
     gateway: GatewayDep,
     wait: Annotated[bool, Query()] = False,
     action: Annotated[Literal["interrupt", "rollback"], Query()] = "interrupt",
@@ -464,7 +466,7 @@ async def cancel_run(
     dependencies=[touches(session=_THREAD, turn="path.run_id")],
     summary="Wait for a run: the final values",
 )
-async def join_run(thread_id: str, run_id: str, gateway: GatewayDep) -> Any:
+async def join_run(thread_id: SessionId, run_id: TurnId, gateway: GatewayDep) -> Any:
     """The thread's values once the run ended (``__error__`` for a failed one)."""
     final = await _until_end(gateway, thread_id, run_id)
     return await _final_values(gateway, thread_id, final)
@@ -477,8 +479,8 @@ async def join_run(thread_id: str, run_id: str, gateway: GatewayDep) -> Any:
     summary="Join a run's stream (Server-Sent Events, resumable)",
 )
 async def join_stream(
-    thread_id: str,
-    run_id: str,
+    thread_id: SessionId,
+    run_id: TurnId,
     gateway: GatewayDep,
     stream_mode: Annotated[list[str] | None, Query()] = None,
     last_event_id: Annotated[

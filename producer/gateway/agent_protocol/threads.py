@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from reactq.producer.gateway.agent_protocol import pending
 from reactq.producer.gateway.agent_protocol.messages import thread_messages
 from reactq.producer.gateway.agent_protocol.streams import interrupt
-from reactq.producer.gateway.deps import GatewayDep, ScopeDep
+from reactq.producer.gateway.deps import GatewayDep, ScopeDep, SessionId
 from reactq.producer.gateway.errors import GatewayError, state_store_errors
 from reactq.producer.gateway.scopes import listing, session_visible, touches
 from reactq.producer.gateway.service import Gateway
@@ -340,7 +340,7 @@ async def count_threads(body: ThreadCount, gateway: GatewayDep, scope: ScopeDep)
     dependencies=[touches(session="path.thread_id")],
     summary="A thread",
 )
-async def get_thread(thread_id: str, gateway: GatewayDep) -> dict[str, Any]:
+async def get_thread(thread_id: SessionId, gateway: GatewayDep) -> dict[str, Any]:
     """The thread: its metadata, status and values."""
     thread = await thread_detail(gateway, thread_id)
     if thread is None:
@@ -353,7 +353,9 @@ async def get_thread(thread_id: str, gateway: GatewayDep) -> dict[str, Any]:
     dependencies=[touches(session="path.thread_id")],
     summary="Update a thread's metadata",
 )
-async def patch_thread(thread_id: str, body: ThreadPatch, gateway: GatewayDep) -> dict[str, Any]:
+async def patch_thread(
+    thread_id: SessionId, body: ThreadPatch, gateway: GatewayDep
+) -> dict[str, Any]:
     """Merge ``metadata`` into the thread's (a key set to None is removed); the thread."""
     if await _session(gateway, thread_id) is None:
         waiting = await pending.get(gateway, thread_id)
@@ -378,7 +380,7 @@ async def patch_thread(thread_id: str, body: ThreadPatch, gateway: GatewayDep) -
     status_code=204,
     summary="Delete a thread",
 )
-async def delete_thread(thread_id: str, gateway: GatewayDep) -> Response:
+async def delete_thread(thread_id: SessionId, gateway: GatewayDep) -> Response:
     """Delete the thread's session (409 while a run is on it)."""
     if await pending.delete(gateway, thread_id) and await gateway.session_agent(thread_id) is None:
         return Response(status_code=204)
@@ -397,7 +399,7 @@ async def delete_thread(thread_id: str, gateway: GatewayDep) -> Response:
     dependencies=[touches(session="path.thread_id")],
     summary="A thread's state",
 )
-async def get_thread_state(thread_id: str, gateway: GatewayDep) -> dict[str, Any]:
+async def get_thread_state(thread_id: SessionId, gateway: GatewayDep) -> dict[str, Any]:
     """The thread's values (``{"messages": [...]}`` in LangChain's message format)."""
     return await thread_state(gateway, thread_id)
 
@@ -408,7 +410,7 @@ async def get_thread_state(thread_id: str, gateway: GatewayDep) -> dict[str, Any
     summary="A thread's past states",
 )
 async def thread_history(
-    thread_id: str, body: HistoryQuery, gateway: GatewayDep
+    thread_id: SessionId, body: HistoryQuery, gateway: GatewayDep
 ) -> list[dict[str, Any]]:
     """The thread's state after each of its runs, newest first (a checkpoint per run:
     its ``checkpoint_id`` is the run's id)."""
