@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi import Path as PathParam
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import StringConstraints
 
 from reactq.producer.gateway.errors import GatewayError
@@ -51,24 +51,22 @@ ScopeDep = Annotated[KeyScope | None, Depends(scope_of)]
 """A route parameter that receives the request's key's scope (None without keys)."""
 
 _bearer = HTTPBearer(auto_error=False, description="One of the keys in REACTQ_API_KEYS")
-# LangGraph's SDKs send their api_key= so; the gateway takes either header.
-_api_key = APIKeyHeader(
-    name="x-api-key", auto_error=False, description="One of the keys in REACTQ_API_KEYS"
-)
 
 
-def _key_of(credentials: HTTPAuthorizationCredentials | None, api_key: str | None) -> str | None:
-    return credentials.credentials if credentials else api_key
+def _key_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    # X-Api-Key is how LangGraph's SDKs send api_key=; taken, but left out of the OpenAPI
+    # document, whose one scheme stays the bearer token.
+    return credentials.credentials if credentials else request.headers.get("x-api-key")
 
 
 async def require_key(
     gateway: GatewayDep,
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-    api_key: Annotated[str | None, Security(_api_key)],
 ) -> None:
     """401 unless the request carries one of the keys (or the gateway has none), as
     ``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``."""
-    if not gateway.keys.accepts(_key_of(credentials, api_key)):
+    if not gateway.keys.accepts(_key_of(request, credentials)):
         raise GatewayError(
             "a valid API key is required: send 'Authorization: Bearer KEY'",
             status=401,
@@ -78,10 +76,10 @@ async def require_key(
 
 async def _caller(
     gateway: GatewayDep,
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-    api_key: Annotated[str | None, Security(_api_key)],
 ) -> str | None:
-    return gateway.keys.identify(_key_of(credentials, api_key))
+    return gateway.keys.identify(_key_of(request, credentials))
 
 
 CallerDep = Annotated[str | None, Depends(_caller)]

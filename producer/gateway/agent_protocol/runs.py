@@ -231,7 +231,7 @@ async def _submit(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate)
     if body.if_not_exists == "reject" and not await thread_exists(gateway, thread_id):
         raise thread_not_found()
     message = input_message(body.input)
-    choice = await assistants.choose(gateway, body.assistant_id)
+    choice = await assistants.choose(gateway, body.assistant_id, scope)
     if scope is not None and not scope.may_run(choice.agent):
         # As the guard answers an agent outside a key's ``agents=``: as one nobody hosts.
         raise GatewayError(
