@@ -158,6 +158,16 @@ def test_an_assistant_with_a_config_over_an_agent(sdk: Clients) -> None:
     client.crons.delete(cron["cron_id"])
     # Another tenant does not see it.
     assert acme.assistants.search(metadata={"tag": tag}) == []
+    # Nor runs on it: to that tenant's key its id names no agent (not alpha, nor its config).
+    with pytest.raises(httpx.HTTPStatusError) as foreign:
+        acme.runs.create(
+            f"acme-{tag}",
+            made["assistant_id"],
+            input={"messages": [{"role": "user", "content": "x"}]},
+            if_not_exists="create",
+        )
+    assert foreign.value.response.status_code == 422
+    assert foreign.value.response.json()["code"] == "unknown_agent"
 
     changed = client.assistants.update(
         made["assistant_id"], config={"configurable": {"temperature": 0.7}}, metadata={"v": 2}

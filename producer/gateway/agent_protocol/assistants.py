@@ -206,12 +206,15 @@ async def _made_ones(gateway: Gateway, scope: KeyScope | None) -> list[Assistant
     out = []
     for document in page.documents:
         made = _made(document)
-        if made is None:
-            continue
-        owner = str(document.value.get("owner", ""))
-        if scope is None or (owner.startswith(_owner(scope)) and scope.may_run(made.graph_id)):
+        if made is not None and _sees(scope, document, made):
             out.append(made)
     return out
+
+
+def _sees(scope: KeyScope | None, document: Document, made: Assistant) -> bool:
+    """Whether the key may see a made assistant: its tenant's, of an agent it may run."""
+    owner = str(document.value.get("owner", ""))
+    return scope is None or (owner.startswith(_owner(scope)) and scope.may_run(made.graph_id))
 
 
 async def _all(gateway: Gateway, scope: KeyScope | None) -> list[Assistant]:
@@ -270,21 +273,27 @@ async def choose(
     it as an agent no worker hosts. An assistant ``POST /assistants`` made gives its
     agent and its config as the overrides, to a key of the tenant that made it only
     (``scope``: another tenant's assistant id is an unknown name to it)."""
-    found = _named_in(await _all(gateway, scope), assistant_id)
-    if found is None:
-        return AssistantChoice(agent=assistant_id)
-    made = await _stored(gateway, assistant_id) if found.graph_id != assistant_id else None
+    hosted = _named_in(await _hosted(gateway, None), assistant_id)
+    if hosted is not None:
+        return AssistantChoice(agent=hosted.graph_id)
+    made = await _stored(gateway, assistant_id, scope)
     if made is not None:
         return AssistantChoice(agent=made.graph_id, overrides=_overrides(made))
-    return AssistantChoice(agent=found.graph_id)
+    return AssistantChoice(agent=assistant_id)
 
 
-async def _stored(gateway: Gateway, assistant_id: str) -> Assistant | None:
+async def _stored(
+    gateway: Gateway, assistant_id: str, scope: KeyScope | None = None
+) -> Assistant | None:
+    """The made assistant ``assistant_id`` names, if ``scope`` may see it (None: any)."""
     if not _KEY.fullmatch(assistant_id):
         return None
     with state_store_errors():
         document = await gateway.producer.store.get(STORE_NAMESPACE, assistant_id)
-    return None if document is None else _made(document)
+    if document is None:
+        return None
+    made = _made(document)
+    return made if made is not None and _sees(scope, document, made) else None
 
 
 _KEY = re.compile(r"[A-Za-z0-9._:@+-]{1,128}")
