@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -157,12 +157,40 @@ class TextSafeJSONResponse(JSONResponse):
             return super().render(repair_json(content))
 
 
+ErrorShape = Callable[[int, ErrorBody], dict[str, Any]]
+"""How a protocol surface words an error: the status and reactq's ``ErrorBody`` in,
+the body its clients parse out (OpenAI's ``{"error": {...}}``, for one)."""
+
+
+def error_shapes(app: FastAPI) -> dict[str, ErrorShape]:
+    """The error shapes of ``app``'s protocol surfaces, by path prefix: each surface's
+    ``install`` adds its own, and every error under that prefix is worded by it."""
+    shapes: dict[str, ErrorShape] | None = getattr(app.state, "error_shapes", None)
+    if shapes is None:
+        shapes = app.state.error_shapes = {}
+    return shapes
+
+
+def _shape_for(request: Request | None) -> ErrorShape | None:
+    if request is None:
+        return None
+    shapes: dict[str, ErrorShape] = getattr(request.app.state, "error_shapes", {})
+    path = request.url.path
+    for prefix, shape in shapes.items():
+        if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+            return shape
+    return None
+
+
 def _json(
-    status: int, body: ErrorBody, headers: dict[str, str] | None = None
+    status: int,
+    body: ErrorBody,
+    headers: dict[str, str] | None = None,
+    request: Request | None = None,
 ) -> TextSafeJSONResponse:
-    return TextSafeJSONResponse(
-        body.model_dump(exclude_none=True), status_code=status, headers=headers
-    )
+    shape = _shape_for(request)
+    content = shape(status, body) if shape else body.model_dump(exclude_none=True)
+    return TextSafeJSONResponse(content, status_code=status, headers=headers)
 
 
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -173,17 +201,17 @@ async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     body = ErrorBody(code=exc.error_code, message=exc.message, field=exc.field, turn_id=exc.turn_id)
-    return _json(exc.status, body, headers)
+    return _json(exc.status, body, headers, request)
 
 
-def _invalid_json(reason: str) -> JSONResponse:
+def _invalid_json(reason: str, request: Request | None = None) -> JSONResponse:
     body = ErrorBody(
         code="invalid_json",
         message=f"the request body is not JSON: {reason}",
         field="body",
         errors=[FieldError(field="body", reason=reason)],
     )
-    return _json(422, body)
+    return _json(422, body, request=request)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -191,7 +219,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     raw = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in raw):
         # FastAPI reports a body it could not parse at ``body.<offset>``.
-        return _invalid_json(str(raw[0].get("msg", "JSON decode error")))
+        return _invalid_json(str(raw[0].get("msg", "JSON decode error")), request)
     errors = [FieldError(field=_field(e["loc"]), reason=e["msg"]) for e in raw]
     first = errors[0] if errors else None
     message = f"{first.field}: {first.reason}" if first else "invalid request"
@@ -205,7 +233,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         field=first.field if first else None,
         errors=errors,
     )
-    return _json(422, body)
+    return _json(422, body, request=request)
 
 
 async def _reactq_error(request: Request, exc: Exception) -> JSONResponse:
@@ -220,18 +248,20 @@ async def _reactq_error(request: Request, exc: Exception) -> JSONResponse:
             body = ErrorBody(
                 code=exc.code, message=exc.message, field=field, errors=errors, turn_id=turn_id
             )
-            return _json(status, body)
+            return _json(status, body, request=request)
     logger.exception("unexpected reactq error", exc_info=exc)
-    return _json(500, ErrorBody(code=exc.code, message="internal error"))
+    return _json(500, ErrorBody(code=exc.code, message="internal error"), request=request)
 
 
 async def _not_implemented(request: Request, exc: Exception) -> JSONResponse:
-    return _json(501, ErrorBody(code="not_implemented", message=str(exc) or "not implemented"))
+    body = ErrorBody(code="not_implemented", message=str(exc) or "not implemented")
+    return _json(501, body, request=request)
 
 
 async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     logger.warning("Redis unavailable: %s", exc)
-    return _json(503, ErrorBody(code="unavailable", message="Redis does not answer; retry"))
+    body = ErrorBody(code="unavailable", message="Redis does not answer; retry")
+    return _json(503, body, request=request)
 
 
 STORE_DOWN: tuple[type[Exception], ...] = (
@@ -268,16 +298,15 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 400:
         # FastAPI's word for a body it could not decode (not UTF-8, not JSON): invalid
         # input like any other, so 422 naming the body.
-        return _invalid_json(str(exc.detail))
+        return _invalid_json(str(exc.detail), request)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return _json(
-        exc.status_code, ErrorBody(code=code, message=str(exc.detail)), dict(exc.headers or {})
-    )
+    body = ErrorBody(code=code, message=str(exc.detail))
+    return _json(exc.status_code, body, dict(exc.headers or {}), request)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("gateway error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _json(500, ErrorBody(code="internal_error", message="internal error"))
+    return _json(500, ErrorBody(code="internal_error", message="internal error"), request=request)
 
 
 def install_error_handlers(app: FastAPI) -> None:

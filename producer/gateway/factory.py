@@ -42,7 +42,6 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
 
-from reactq.producer.gateway import agent_protocol
 from reactq.producer.gateway.deps import GUARDS
 from reactq.producer.gateway.errors import (
     ERROR_RESPONSES,
@@ -62,12 +61,13 @@ from reactq.producer.gateway.routes import (
 from reactq.producer.gateway.scopes import check_declared
 from reactq.producer.gateway.security import ApiKeys, BodyLimit, LoopbackOnly, RequireKey
 from reactq.producer.gateway.service import Gateway
+from reactq.producer.gateway.surfaces import SURFACES, guarded_prefixes, surfaces_running
 from reactq.shared.logs import configure_logging
 from reactq.shared.settings import Settings
 
 __all__ = ["GUARDED_PATHS", "ROUTERS", "app_from_env", "create_app"]
 
-GUARDED_PATHS = ("/v1", "/metrics", *agent_protocol.PREFIXES)
+GUARDED_PATHS = ("/v1", "/metrics", *guarded_prefixes())
 """Paths that want an API key (when keys are configured)."""
 
 ROUTERS: list[APIRouter] = [
@@ -95,7 +95,8 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
         app.state.gateway = gateway
         await gateway.start()
         try:
-            yield
+            async with surfaces_running(app):
+                yield
         finally:
             await gateway.close()
 
@@ -109,8 +110,8 @@ def create_app(settings: Settings | None = None, *, insecure: bool = False) -> F
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix="/v1", dependencies=GUARDS, responses=ERROR_RESPONSES)
-    for router in agent_protocol.ROUTERS:
-        app.include_router(router, dependencies=GUARDS, responses=ERROR_RESPONSES)
+    for surface in SURFACES:
+        surface.install(app)
     app.include_router(health.router)
     app.include_router(page.router)
     check_declared(app)

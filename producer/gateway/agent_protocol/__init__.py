@@ -20,11 +20,16 @@ What is supported, partly or not: docs/guide/agent-protocol.md.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, FastAPI
 
 from reactq.producer.gateway.agent_protocol import assistants, crons, runs, store, threads
+from reactq.producer.gateway.deps import GUARDS
+from reactq.producer.gateway.errors import ERROR_RESPONSES
 
-__all__ = ["PREFIXES", "ROUTERS"]
+__all__ = ["PREFIXES", "ROUTERS", "install", "lifespan"]
 
 ROUTERS: list[APIRouter] = [
     assistants.router,
@@ -37,3 +42,16 @@ ROUTERS: list[APIRouter] = [
 
 PREFIXES = ("/assistants", "/threads", "/runs", "/store", "/crons")
 """Their paths: behind the API key, like ``/v1``."""
+
+
+def install(app: FastAPI) -> None:
+    """Mount its routers at the root of ``app``, behind the key; errors keep reactq's
+    ``ErrorBody`` (the SDK raises on the status, and shows the body)."""
+    for router in ROUTERS:
+        app.include_router(router, dependencies=GUARDS, responses=ERROR_RESPONSES)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Nothing runs beside the app for it."""
+    yield
