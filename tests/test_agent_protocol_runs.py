@@ -5,9 +5,6 @@ scripted model (``lookup`` then an answer; ``sleep=S`` in a message: S seconds a
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,9 +15,9 @@ import pytest
 from langgraph_sdk import get_client, get_sync_client
 
 from reactq.worker.agent.llm.replies import Reply
-from tests.conftest import unavailable
 from tests.gateway_support import Gateway, SSEReader, start_gateway
 from tests.helpers import last_user_text, running_pool, sleepy_lookup
+from tests.js_support import run_script
 
 pytestmark = pytest.mark.e2e
 
@@ -377,37 +374,13 @@ def test_an_interrupt_and_its_resume(gateway: Gateway, tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-JS_SCRIPT = Path(__file__).parent / "js" / "agent_protocol_stream.mjs"
-
-
-def test_the_javascript_sdk_streams_a_run(
-    gateway: Gateway, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        unavailable("npm and node are needed for the JavaScript SDK's test")
-        return
-    where = tmp_path_factory.mktemp("js-sdk")
-    install = subprocess.run(
-        [npm, "install", "--silent", "--no-audit", "--no-fund", "@langchain/langgraph-sdk"],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_the_javascript_sdk_streams_a_run(gateway: Gateway) -> None:
+    seen = run_script(
+        "agent_protocol_stream.mjs",
+        gateway.url,
+        KEY,
+        AGENT,
+        packages=("@langchain/langgraph-sdk",),
     )
-    if install.returncode != 0:
-        unavailable(f"npm could not install @langchain/langgraph-sdk: {install.stderr[-500:]}")
-        return
-    script = where / JS_SCRIPT.name
-    shutil.copy(JS_SCRIPT, script)
-    ran = subprocess.run(
-        [node, str(script), gateway.url, KEY, AGENT],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert ran.returncode == 0, ran.stderr
-    seen = json.loads(ran.stdout.strip().splitlines()[-1])
     assert "messages" in seen["seen"] and "values" in seen["seen"]
     assert seen["last"] == seen["state"] == ["human", "ai", "tool", "ai"]
