@@ -157,9 +157,10 @@ class TextSafeJSONResponse(JSONResponse):
             return super().render(repair_json(content))
 
 
-ErrorShape = Callable[[int, ErrorBody], dict[str, Any]]
+ErrorShape = Callable[[int, ErrorBody], tuple[int, dict[str, Any]]]
 """How a protocol surface words an error: the status and reactq's ``ErrorBody`` in,
-the body its clients parse out (OpenAI's ``{"error": {...}}``, for one)."""
+the status and body its clients parse out (OpenAI's ``{"error": {...}}`` with a 400
+where reactq says 422, for one)."""
 
 
 def error_shapes(app: FastAPI) -> dict[str, ErrorShape]:
@@ -171,11 +172,10 @@ def error_shapes(app: FastAPI) -> dict[str, ErrorShape]:
     return shapes
 
 
-def _shape_for(request: Request | None) -> ErrorShape | None:
-    if request is None:
-        return None
-    shapes: dict[str, ErrorShape] = getattr(request.app.state, "error_shapes", {})
-    path = request.url.path
+def shape_for(app: Any, path: str) -> ErrorShape | None:
+    """The error shape of the surface ``path`` is under (None: reactq's ``ErrorBody``)."""
+    state = getattr(app, "state", None)
+    shapes: dict[str, ErrorShape] = getattr(state, "error_shapes", None) or {}
     for prefix, shape in shapes.items():
         if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
             return shape
@@ -188,8 +188,10 @@ def _json(
     headers: dict[str, str] | None = None,
     request: Request | None = None,
 ) -> TextSafeJSONResponse:
-    shape = _shape_for(request)
-    content = shape(status, body) if shape else body.model_dump(exclude_none=True)
+    shape = shape_for(request.app, request.url.path) if request is not None else None
+    content = body.model_dump(exclude_none=True)
+    if shape is not None:
+        status, content = shape(status, body)
     return TextSafeJSONResponse(content, status_code=status, headers=headers)
 
 

@@ -309,10 +309,12 @@ def touches(
     return Scoped(values, inner=inner, body=body).dependency()
 
 
-def listing() -> Any:
+def listing(*, inner: tuple[str, ...] = ()) -> Any:
     """The declaration of a route that names no id and shows only what the key may see
-    (it takes the scope: ``ScopeDep``)."""
-    return Scoped(kind=Touches.LISTING).dependency()
+    (it takes the scope: ``ScopeDep``). ``inner``: path parameters the route itself
+    looks up under the scope (``/v1/models/{model}``, a model being an agent under
+    another name)."""
+    return Scoped(kind=Touches.LISTING, inner=inner).dependency()
 
 
 def pool_wide() -> Any:

@@ -35,6 +35,8 @@ from typing import Any
 from pydantic import SecretStr
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reactq.producer.gateway.errors import shape_for
+from reactq.producer.gateway.models import ErrorBody
 from reactq.shared.errors import ConfigError
 from reactq.shared.tenancy import TenantIdentity
 
@@ -97,12 +99,17 @@ async def send_error(
     *,
     field: str | None = None,
     headers: Sequence[tuple[bytes, bytes]] = (),
+    scope: Scope | None = None,
 ) -> None:
     """Answer an ``ErrorBody`` from ASGI middleware and close the connection (the
-    request's body, if any, is left unread)."""
-    body = {"code": code, "message": message, "errors": []}
+    request's body, if any, is left unread); under a protocol surface with an error
+    shape of its own (``scope``'s path), worded as that surface words errors."""
+    body: dict[str, Any] = {"code": code, "message": message, "errors": []}
     if field is not None:
         body["field"] = field
+    shape = shape_for(scope.get("app"), scope["path"]) if scope is not None else None
+    if shape is not None:
+        status, body = shape(status, ErrorBody.model_validate(body))
     payload = json.dumps(body).encode()
     await send(
         {
@@ -249,6 +256,7 @@ class LoopbackOnly:
                     "loopback_only",
                     "this gateway has no API keys, so it serves loopback clients only: set "
                     "REACTQ_API_KEYS=key1,key2 (clients send 'Authorization: Bearer KEY')",
+                    scope=scope,
                 )
                 return
         await self.app(scope, receive, send)
@@ -284,6 +292,7 @@ class RequireKey:
                 "unauthorized",
                 "a valid API key is required: send 'Authorization: Bearer KEY'",
                 headers=[(b"www-authenticate", b"Bearer")],
+                scope=scope,
             )
             return
         await self.app(scope, receive, send)
@@ -339,7 +348,7 @@ class BodyLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._too_large(send)
+            await self._too_large(send, scope)
             return
         body = bytearray()
         try:
@@ -351,7 +360,7 @@ class BodyLimit:
                         return
                     body += message.get("body", b"")
                     if len(body) > self.limit:
-                        await self._too_large(send)
+                        await self._too_large(send, scope)
                         return
                     if not message.get("more_body", False):
                         break
@@ -363,6 +372,7 @@ class BodyLimit:
                 f"the request body did not arrive within {self.timeout:g} s "
                 "(REACTQ_REQUEST_TIMEOUT_SECONDS)",
                 field="body",
+                scope=scope,
             )
             return
         sent = False
@@ -376,11 +386,12 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, send: Send) -> None:
+    async def _too_large(self, send: Send, scope: Scope) -> None:
         await send_error(
             send,
             413,
             "request_too_large",
             f"the request body is over the limit of {self.limit} bytes (REACTQ_MAX_REQUEST_BYTES)",
             field="body",
+            scope=scope,
         )

@@ -9,16 +9,29 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
-__all__ = ["PREFIXES", "install", "lifespan"]
+from reactq.producer.gateway.deps import GUARDS
+from reactq.producer.gateway.errors import error_shapes
+from reactq.producer.gateway.openai_api import models
+from reactq.producer.gateway.openai_api.common import OPENAI_ERRORS, openai_error
 
-PREFIXES: tuple[str, ...] = ()
-"""Its paths: behind the API key, like ``/v1``."""
+__all__ = ["PREFIXES", "ROUTERS", "install", "lifespan"]
+
+PREFIXES: tuple[str, ...] = ("/v1/responses", "/v1/chat/completions", "/v1/models")
+"""Its paths (under ``/v1``, so behind the API key already); every error under them
+is worded as OpenAI's (``common.openai_error``)."""
+
+ROUTERS: list[APIRouter] = [models.router]
+"""Its routers, mounted under ``/v1``."""
 
 
 def install(app: FastAPI) -> None:
-    """Add its routes to ``app``."""
+    """Mount its routers under ``/v1`` behind the key, and word their errors as OpenAI."""
+    for router in ROUTERS:
+        app.include_router(router, prefix="/v1", dependencies=GUARDS, responses=OPENAI_ERRORS)
+    for prefix in PREFIXES:
+        error_shapes(app)[prefix] = openai_error
 
 
 @contextlib.asynccontextmanager
