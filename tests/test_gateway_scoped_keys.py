@@ -332,7 +332,9 @@ def _walked(gateway: Gateway) -> list[tuple[str, str, Scoped]]:
 
 
 def _fill(path: str, world: World, *, acme: bool = False) -> str:
-    return path.format(
+    # A model is an agent under another name (``/v1/models/{model:path}``).
+    return path.replace("{model:path}", "{model}").format(
+        model="reactq/e2e",
         session_id=world.acme if acme else world.globex,
         turn_id=world.acme_turn if acme else world.globex_turn,
         namespace=GLOBEX_NAMESPACE,
@@ -365,12 +367,17 @@ def test_every_route_declares_its_scope_and_keeps_other_tenants_out(
             if method in ("GET", "HEAD"):
                 body = None
             if scoped.touches is Touches.LISTING:
-                answer = acme.request(method, path)
+                url = _fill(path, world)
+                answer = acme.request(method, url)
                 assert answer.status_code == 200, (where, answer.text)
                 assert world.globex not in answer.text, where
                 assert world.globex_schedule not in answer.text, where
-                shown = limited.request(method, path)
-                assert shown.status_code == 200 and '"e2e"' not in shown.text, where
+                shown = limited.request(method, url)
+                if scoped.inner:
+                    # It looks up its one thing (the e2e agent) under the scope itself.
+                    assert shown.status_code == 404, (where, shown.text)
+                else:
+                    assert shown.status_code == 200 and '"e2e"' not in shown.text, where
             else:
                 who, code = _FOREIGN[scoped.touches]
                 answer = keys[who].request(method, _fill(path, world), json=body)
