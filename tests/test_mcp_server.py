@@ -49,6 +49,8 @@ def pool_model(request: Mapping[str, Any]) -> Reply:
     if "weather agent" in str(request["messages"][0]["content"]):
         return Reply.text(json.dumps({"city": text, "temp_c": 21}))
     last = request["messages"][-1]
+    if last["role"] == "user" and text.startswith("pay"):
+        return Reply.tool_calls([("pay", {"amount": 5})])
     if last["role"] == "user":
         return Reply.tool_calls([("lookup", {"key": text})]).but(delay=delay)
     seen = sum(1 for m in request["messages"] if m["role"] == "user")
@@ -207,6 +209,11 @@ def test_failures_are_tool_errors_and_an_unknown_tool_the_protocols(gateway: Gat
                 result = await client.call_tool("helper", bad)
                 assert result.is_error and why in text_of(result), (bad, text_of(result))
 
+            parked = await client.call_tool("helper", {"message": "pay the bill"})
+            assert parked.is_error and meta_of(parked, "status") == "awaiting_approval"
+            decide = f"/v1/turns/{meta_of(parked, 'turn_id')}/decisions"
+            assert decide in text_of(parked) and "pay" in text_of(parked)
+
             with pytest.raises(MCPError) as unknown:
                 await client.call_tool("nobody", {"message": "x"})
             assert unknown.value.code == -32602 and "nobody" in unknown.value.message
@@ -241,6 +248,25 @@ def test_keys_and_tenants(gateway: Gateway) -> None:
     # answered as JSON-RPC.
     with gateway.client("not-a-key") as http:
         assert http.post("/mcp", json={}).status_code == 401
+    # A 2025-11-25 session is its key's: another key finds no such session.
+    accept = {"Accept": "application/json, text/event-stream"}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+    with gateway.client() as http:
+        opened = http.post("/mcp", json=hello, headers=accept)
+        assert opened.status_code == 200
+        session = {**accept, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    with gateway.client(TENANT) as http:
+        assert http.post("/mcp", json=listing, headers=session).status_code == 404
     with gateway.client() as http:
         missing = http.post("/mcp/elsewhere", json={})
         assert missing.status_code == 404 and missing.json()["error"]["code"] == -32600

@@ -22,6 +22,12 @@ async def lookup(key: str, ctx: ToolContext) -> dict:
     return {"key": key, "context": ctx.context}
 
 
+@tool(requires_approval=True)
+async def pay(amount: int) -> str:
+    """Pay ``amount`` (a person approves it first)."""
+    return f"paid {amount}"
+
+
 class Weather(BaseModel):
     """The weather agent's answer."""
 
@@ -34,7 +40,7 @@ helper = Agent(
     description="Looks things up and answers questions about them.",
     model="scripted",
     system_prompt="You are the helper.",
-    tools=[lookup],
+    tools=[lookup, pay],
     tool_mode=ToolMode.NATIVE,
 )
 

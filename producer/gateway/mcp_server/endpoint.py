@@ -8,9 +8,9 @@ another credential opened.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from reactq.producer.gateway.security import KeyScope
@@ -29,19 +29,9 @@ def jsonrpc_error_body(code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
-async def _refuse(send: Send, status: int, message: str) -> None:
-    payload = json.dumps(jsonrpc_error_body(_INTERNAL_ERROR, message)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
+    body = jsonrpc_error_body(_INTERNAL_ERROR, message)
+    await JSONResponse(body, status_code=status)(scope, receive, send)
 
 
 def _as_user(scope: KeyScope) -> Any:
@@ -62,12 +52,14 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.available:
-            await _refuse(send, 501, MISSING_SDK)
+            await _refuse(scope, receive, send, 501, MISSING_SDK)
             return
         state = scope["app"].state
         manager = getattr(state, "mcp_manager", None)
         if manager is None:
-            await _refuse(send, 503, "the MCP server is not running: the gateway is starting")
+            await _refuse(
+                scope, receive, send, 503, "the MCP server is not running: the gateway is starting"
+            )
             return
         key = state.gateway.keys.scope_of_headers(scope["headers"])
         if key is not None:
