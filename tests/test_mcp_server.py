@@ -340,3 +340,31 @@ def test_without_the_sdk_the_gateway_serves_and_mcp_says_why(
             assert "pip install 'reactq[mcp]'" in answer.json()["error"]["message"]
     finally:
         bare.stop()
+
+
+def test_redis_down_is_an_error_in_the_protocols_shape(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A gateway whose Redis does not answer: the listing is a JSON-RPC error, a call a
+    tool error, neither an HTTP 500."""
+    tmp = tmp_path_factory.mktemp("mcp-no-redis")
+    env = {
+        "REACTQ_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "REACTQ_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'state.db'}",
+        "REACTQ_API_KEYS": KEY,
+    }
+    down = start_gateway(env, Path(tmp), KEY, name="no-redis")
+
+    async def scenario() -> None:
+        async with connect(down, "2026-07-28") as client:
+            with pytest.raises(MCPError) as listing:
+                await client.list_tools()
+            assert listing.value.code == -32603
+            assert "Redis does not answer" in listing.value.message
+            call = await client.call_tool("helper", {"message": "x"})
+            assert call.is_error and "Redis does not answer" in text_of(call)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        down.stop()

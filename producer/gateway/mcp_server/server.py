@@ -53,11 +53,27 @@ def _version() -> str:
 
 
 def _scope(gateway: Gateway, ctx: ServerRequestContext[Any, Any]) -> KeyScope | None:
-    """The scope of the key on the request that carried this message."""
+    """The scope of the key on the request that carried this message (None: the gateway
+    has no keys). The guards let no request without a valid key reach ``/mcp``; a
+    message that still has none is refused, never served as if unrestricted."""
+    if not gateway.keys.enabled:
+        return None
     request = ctx.request
-    if not isinstance(request, Request):
-        return None  # no HTTP request: nothing but the gateway's own transport calls
-    return gateway.keys.scope_of_headers(request.headers.raw)
+    scope = (
+        gateway.keys.scope_of_headers(request.headers.raw) if isinstance(request, Request) else None
+    )
+    if scope is None:
+        raise MCPError(code=types.INVALID_REQUEST, message="a valid API key is required")
+    return scope
+
+
+def _failure(exc: Exception) -> str:
+    """What a caller is told when the pool could not serve it (the class only: a message
+    may carry a URL with a password); the detail goes to the log."""
+    logger.warning("MCP request failed: %s", exc, exc_info=not isinstance(exc, RedisError))
+    if isinstance(exc, RedisError | OSError):
+        return f"the pool's Redis does not answer ({type(exc).__name__})"
+    return f"the gateway could not serve the call ({type(exc).__name__})"
 
 
 def build_server(app: FastAPI) -> Server[Any]:
@@ -71,12 +87,11 @@ def build_server(app: FastAPI) -> Server[Any]:
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         gw = gateway()
+        scope = _scope(gw, ctx)
         try:
-            catalogues = await visible_agents(gw, _scope(gw, ctx))
-        except (RedisError, OSError) as exc:
-            raise MCPError(
-                code=types.INTERNAL_ERROR, message=f"the pool's Redis does not answer: {exc}"
-            ) from None
+            catalogues = await visible_agents(gw, scope)
+        except Exception as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=_failure(exc)) from None
         return types.ListToolsResult(tools=[tool_of(c) for c in catalogues])
 
     async def call_tool(
@@ -93,8 +108,8 @@ def build_server(app: FastAPI) -> Server[Any]:
             # The protocol's answer to a tool it does not list; another tenant's agent
             # is answered the same, so a key does not learn which others exist.
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}") from None
-        except (RedisError, OSError) as exc:
-            return tool_error(f"the pool's Redis does not answer: {exc}")
+        except Exception as exc:
+            return tool_error(_failure(exc))
         try:
             args = arguments_of(params.arguments)
         except ToolInputError as exc:
@@ -107,8 +122,8 @@ def build_server(app: FastAPI) -> Server[Any]:
             return await run_call(
                 gw, scope, name, catalogue.output_schema is not None, args, progress
             )
-        except (RedisError, OSError) as exc:
-            return tool_error(f"the pool's Redis does not answer: {exc}")
+        except Exception as exc:  # not a cancellation: that is a BaseException
+            return tool_error(_failure(exc))
 
     return Server(
         "reactq",
