@@ -34,8 +34,9 @@ HELPER_ONLY = "mcp-helper-only"
 TENANT = "mcp-tenant"
 READ_ONLY = "mcp-read-only"
 KEYS = f"{KEY},helper:{HELPER_ONLY};agents=helper,acme:{TENANT};prefix=acme-,viewer:{READ_ONLY};ro"
-MODES = ["2026-07-28", "legacy"]
-"""The stateless core, and a 2025-11-25 session (``initialize``)."""
+MODES = ["auto", "legacy"]
+"""The SDK's default (it discovers the stateless 2026-07-28 core), and a 2025-11-25
+session (``initialize``)."""
 
 
 def pool_model(request: Mapping[str, Any]) -> Reply:
