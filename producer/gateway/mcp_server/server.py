@@ -24,6 +24,7 @@ from starlette.requests import Request
 
 from reactq.producer.gateway.mcp_server.calls import run_call, tool_error
 from reactq.producer.gateway.mcp_server.tools import (
+    INPUT_SCHEMA,
     ToolInputError,
     arguments_of,
     tool_of,
@@ -131,6 +132,9 @@ def build_server(app: FastAPI) -> Server[Any]:
         title="reactq agents",
         description="The agents of a reactq pool, as tools",
         instructions=INSTRUCTIONS,
+        # Every tool has the one input schema: without this, the SDK would list the
+        # tools again (Redis reads) for each 2026-07-28 call, to check Mcp-Param headers.
+        get_tool_input_schema=lambda name: INPUT_SCHEMA,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
