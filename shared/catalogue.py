@@ -97,6 +97,11 @@ class AgentTools(BaseModel):
     """The categories the agent exposes (None: all of them)."""
     tools: list[ToolInfo] = Field(default_factory=list)
     """Its tools, in registration order."""
+    description: str = ""
+    """What the agent is for (``Agent(description=...)``): what other agents and MCP
+    hosts read about it."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema of its structured answer (``output_type``); None: it answers text."""
 
 
 class AgentInfo(BaseModel):

@@ -150,8 +150,10 @@ def test_a_declaration_that_names_an_input_the_route_does_not_take_is_refused() 
         touches(session="id")
 
 
-# FastAPI's own pages and the watch page's files: not API routes, walked by name.
-NOT_API = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/static"}
+# FastAPI's own pages and the watch page's files: not API routes, walked by name; and
+# the MCP SDK's transport (``/mcp``), which scopes each message to its key itself
+# (``mcp_server/server.py``).
+NOT_API = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/static", "/mcp"}
 
 
 def _problems(app: FastAPI) -> list[str]:

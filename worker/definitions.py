@@ -76,6 +76,9 @@ class Agent:
 
     name: str
     """Unique name producers address (1-64 of [A-Za-z0-9_-]); also its queue's suffix."""
+    description: str
+    """What it is for, in a sentence or two: what MCP hosts and other agents read about it
+    (the gateway's MCP tool and A2A card); "" for none. Never sent to its own model."""
     tools: tuple[Tool, ...]
     """Tools it may call (plain functions are wrapped with ``@tool``)."""
     mcp_servers: tuple[MCPProvider, ...]
@@ -114,6 +117,7 @@ class Agent:
         self,
         name: str,
         *,
+        description: str = "",
         tools: Sequence[Tool | Callable[..., Any]] = (),
         mcp_servers: Sequence[MCPProvider | MCPClient] = (),
         skills_dir: _SkillsDir | None = None,
@@ -140,13 +144,15 @@ class Agent:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise AgentConfigError(
                 f"agent {name!r}: unknown setting {unknown[0]!r}{hint}; an Agent takes name, "
-                "tools, mcp_servers, skills_dir, base_url, api_key, api_key_env, timeout, "
-                "max_retries, headers, client_factory, rate_limit, webhook, tool_categories, "
-                "loop and the knobs of "
+                "description, tools, mcp_servers, skills_dir, base_url, api_key, api_key_env, "
+                "timeout, max_retries, headers, client_factory, rate_limit, webhook, "
+                "tool_categories, loop and the knobs of "
                 "LoopConfig"
             )
         if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
             raise AgentConfigError(f"agent {name!r}: tools must be a list of tools")
+        if not isinstance(description, str):
+            raise AgentConfigError(f"agent {name!r}: description must be a string")
         try:
             skills = SkillSet.from_paths(skills_dir) if skills_dir is not None else SkillSet()
         except SkillError as exc:
@@ -177,6 +183,7 @@ class Agent:
         # Frozen: the dataclass's own __setattr__ refuses, so set through object's.
         for attr, value in (
             ("name", name),
+            ("description", description.strip()),
             ("tools", wrapped),
             ("mcp_servers", servers),
             ("skills_dir", skills_dir),
@@ -221,9 +228,10 @@ class Agent:
     @functools.cached_property
     def config_version(self) -> str:
         """A 12-hex-digit hash of this definition: its name, tools (names, schemas,
-        flags), MCP servers, endpoint, skills and every loop knob (a function by its
-        qualified name). Every worker computes the same one for the same definition;
-        turns record it (``started`` and ``final`` events, the turn's record)."""
+        flags), MCP servers, endpoint, skills, description (when given) and every loop
+        knob (a function by its qualified name). Every worker computes the same one for
+        the same definition; turns record it (``started`` and ``final`` events, the
+        turn's record)."""
         return fingerprint(
             {
                 "name": self.name,
@@ -248,6 +256,8 @@ class Agent:
                 "headers": [name for name, _ in self.headers],  # values may be secrets
                 "client_factory": self.client_factory,
                 "loop": self.loop,
+                # Only when given: the versions of agents without one stay what they were.
+                **({"description": self.description} if self.description else {}),
             }
         )
 
@@ -271,11 +281,14 @@ class Agent:
         """The tools its model sees, for the catalogue (``reactq tools AGENT``): those of
         ``registry`` (one MCP tools were attached to), else of ``self.registry()``."""
         tools = registry if registry is not None else self.registry()
+        spec = self.loop.output_spec()
         return AgentTools(
             agent=self.name,
             config_version=self.config_version,
             tool_categories=sorted(self.tool_categories) if self.tool_categories else None,
             tools=[t.info() for t in tools],
+            description=self.description,
+            output_schema=spec.schema if spec is not None else None,
         )
 
     def build_loop(
