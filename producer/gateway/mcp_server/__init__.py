@@ -53,9 +53,9 @@ def available() -> bool:
     return True
 
 
-def _error_shape(status: int, body: ErrorBody) -> dict[str, Any]:
+def _error_shape(status: int, body: ErrorBody) -> tuple[int, dict[str, Any]]:
     code = _INTERNAL_ERROR if status >= 500 else _INVALID_REQUEST
-    return jsonrpc_error_body(code, body.message)
+    return status, jsonrpc_error_body(code, body.message)
 
 
 def install(app: FastAPI) -> None:
