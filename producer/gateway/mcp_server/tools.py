@@ -17,7 +17,7 @@ from mcp_types import Tool, ToolAnnotations
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
 from reactq.shared.catalogue import AgentInfo, AgentTools
-from reactq.shared.errors import UnknownAgentError
+from reactq.shared.errors import InvalidTurnError, UnknownAgentError
 from reactq.shared.turns import SESSION_ID_RE
 
 __all__ = [
@@ -55,8 +55,9 @@ INPUT_SCHEMA: dict[str, Any] = {
 """Every tool's ``inputSchema``."""
 
 
-class ToolInputError(ValueError):
-    """A call's arguments do not fit ``INPUT_SCHEMA`` (answered as a tool error)."""
+class ToolInputError(InvalidTurnError, ValueError):
+    """A call's arguments do not fit ``INPUT_SCHEMA`` (answered as a tool error): caller
+    input refused before a turn is enqueued."""
 
 
 @dataclass(frozen=True)
