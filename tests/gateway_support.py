@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import httpx2
 
 from reactq.worker.agent.llm.scripted_server import Reply
 from tests.conftest import free_port
-from tests.helpers import ROOT, last_user_text
+from tests.helpers import ROOT, last_user_text, running_pool
 
 REACTQ = str(Path(sys.executable).parent / "reactq")
 
@@ -71,6 +71,28 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def gateway_over_pool(
+    redis_url: str,
+    namespace: str,
+    tmp: Path,
+    model: Callable[[Mapping[str, Any]], Reply],
+    keys: str,
+    key: str,
+    agents: str = "tests.pool_agents:agents",
+    **env: str,
+) -> Iterator[Gateway]:
+    """A real pool (``running_pool``, the scripted ``model``) with `reactq serve` in
+    front of it, its API keys ``keys`` (``key`` the one it is checked with); ``env``
+    added for the gateway."""
+    with running_pool(redis_url, namespace, tmp, model, agents=agents) as pool:
+        gw = start_gateway({**pool, "REACTQ_API_KEYS": keys, **env}, tmp, key)
+        try:
+            yield gw
+        finally:
+            gw.stop()
 
 
 def start_gateway(

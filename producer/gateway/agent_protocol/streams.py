@@ -9,6 +9,13 @@ for (several at once):
 ``updates``          each step's: ``{"agent": {"messages": [ai]}}``, ``{"tools": ...}``
 ``messages-tuple``   SSE event ``messages``: ``[chunk, metadata]``, a token delta as
                      an ``AIMessageChunk``, a whole message for a step without deltas
+``custom``           reactq's events that have no message: ``todos``,
+                     ``file_change``, ``subagent``, ``usage``, ``reasoning``, ...
+                     (``{"type", ...}``, the event's own fields)
+``events``,          the graph's steps (``graph_trace``)
+``tasks``,
+``checkpoints``,
+``debug``
 ===================  ===========================================================
 
 A failed turn adds an ``error`` event, and every stream closes with ``end``. Each SSE
@@ -26,6 +33,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reactq.producer.gateway.agent_protocol.graph_trace import GRAPH_MODES, GraphTrace
 from reactq.producer.gateway.agent_protocol.messages import (
     ai_message,
     human_message,
@@ -43,6 +51,7 @@ from reactq.shared.events import (
     FinalEvent,
     ObservationEvent,
     QueuedEvent,
+    ReasoningEvent,
     ThoughtEvent,
     ToolFailedEvent,
 )
@@ -64,8 +73,29 @@ __all__ = [
 LAST_EVENT_ID = r"^[0-9]{1,20}(-[0-9]{1,20})?(/[0-9]{1,4})?$"
 """What a ``Last-Event-ID`` of a run's stream looks like (``frames``)."""
 
-MODES = frozenset({"values", "updates", "messages-tuple", "messages", "metadata"})
+MODES = frozenset(
+    {"values", "updates", "messages-tuple", "messages", "metadata", "custom", *GRAPH_MODES}
+)
 """The stream modes served (``messages`` is served as ``messages-tuple``)."""
+
+CUSTOM = frozenset(
+    {
+        "reasoning",
+        "model_fallback",
+        "rate_limited",
+        "file_change",
+        "todos",
+        "usage",
+        "compacted",
+        "turns_left_out",
+        "guardrail",
+        "approval_decided",
+        "subagent",
+    }
+)
+"""The events the ``custom`` mode carries: reactq's own, that no message shows."""
+
+_NOT_CUSTOM = frozenset({"v", "id", "session_id", "attempt", "seq"})
 
 Part = tuple[str, Any]
 """One SSE message: its event name and its data."""
@@ -99,6 +129,11 @@ class RunStream:
     _calls: list[dict[str, Any]] = field(default_factory=list)
     _streamed: bool = False
     _opened: bool = False
+    _graph: GraphTrace | None = None
+
+    def __post_init__(self) -> None:
+        graph = GraphTrace(self.run_id, self.thread_id, frozenset(self.modes))
+        self._graph = graph if graph.wanted else None
 
     def _meta(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "thread_id": self.thread_id, "langgraph_node": "agent"}
@@ -119,12 +154,26 @@ class RunStream:
         self._streamed = False
         return out
 
-    def _flush_ai(self) -> list[Part]:
+    def _values(self) -> dict[str, Any]:
+        return {"messages": list(self.messages)}
+
+    def _flush_ai(self, ts: float) -> list[Part]:
         if not self._calls:
             return []
         message = ai_message(self._text, self._calls, self._next_id())
         self._text, self._calls = "", []
-        return self._add("agent", message)
+        return self._add_ai(message, ts)
+
+    def _add_ai(self, message: dict[str, Any], ts: float) -> list[Part]:
+        out = self._add("agent", message)
+        if self._graph is not None:
+            out += self._graph.model_ended(message, self._values(), ts)
+        return out
+
+    def _model_output(self, event: Event) -> list[Part]:
+        if self._graph is None:
+            return []
+        return self._graph.model_started(self._values(), event.ts)
 
     def parts(self, event: Event) -> list[Part]:
         """The SSE messages ``event`` adds, in order."""
@@ -135,42 +184,58 @@ class RunStream:
                 out.append(("metadata", {"run_id": self.run_id, "attempt": event.attempt}))
         if isinstance(event, QueuedEvent):
             out += self._add(None, human_message(event.message, self._next_id()))
+            if self._graph is not None:
+                out += self._graph.started(self._values(), event.ts)
         elif isinstance(event, DeltaEvent):
+            out += self._model_output(event)
+            chunk = {"type": "AIMessageChunk", "content": event.text, "id": self._next_id()}
             if "messages-tuple" in self.modes:
-                chunk = {"type": "AIMessageChunk", "content": event.text, "id": self._next_id()}
                 out.append(("messages", [chunk, self._meta()]))
+            if self._graph is not None:
+                out += self._graph.model_chunk(chunk)
             self._streamed = True
             self._text += event.text if not self._calls else ""
-        elif isinstance(event, ThoughtEvent):
-            self._text = event.text
+        elif isinstance(event, ThoughtEvent | ReasoningEvent):
+            out += self._model_output(event)
+            if isinstance(event, ThoughtEvent):
+                self._text = event.text
         elif isinstance(event, ActionEvent):
+            out += self._model_output(event)
             self._calls.append(tool_call(event.tool, event.args, event.call_id))
         elif isinstance(event, ObservationEvent | ToolFailedEvent):
-            out += self._flush_ai()
+            out += self._flush_ai(event.ts)
             failed = isinstance(event, ToolFailedEvent)
             content = event.error if isinstance(event, ToolFailedEvent) else event.output
             message = tool_message(
                 content, event.call_id, event.tool, self._next_id(), failed=failed
             )
             out += self._add("tools", message)
+            if self._graph is not None:
+                out += self._graph.tool_ended(message)
         elif isinstance(event, ApprovalRequestedEvent):
-            out += self._flush_ai()
+            out += self._flush_ai(event.ts)
             interrupts = [interrupt_of(event)]
             if "updates" in self.modes:
                 out.append(("updates", {"__interrupt__": interrupts}))
             if "values" in self.modes:
-                out.append(
-                    ("values", {"messages": list(self.messages), "__interrupt__": interrupts})
-                )
+                out.append(("values", {**self._values(), "__interrupt__": interrupts}))
+            if self._graph is not None:
+                out += self._graph.interrupted(interrupts, self._values(), event.ts)
         elif isinstance(event, FinalEvent):
             out += self._final(event)
+        if "custom" in self.modes and event.type in CUSTOM:
+            out.append(("custom", event.model_dump(mode="json", exclude=set(_NOT_CUSTOM))))
         return out
 
     def _final(self, final: FinalEvent) -> list[Part]:
-        out = self._flush_ai()
+        out = self._flush_ai(final.ts)
         if final.status in (TurnStatus.COMPLETED, TurnStatus.MAX_ITERATIONS) and final.text:
-            out += self._add("agent", ai_message(final.text, [], self._next_id()))
-        if final.status in (TurnStatus.ERROR, TurnStatus.REJECTED):
+            out += self._add_ai(ai_message(final.text, [], self._next_id()), final.ts)
+        failed = final.status in (TurnStatus.ERROR, TurnStatus.REJECTED)
+        if self._graph is not None:
+            error = (final.code or final.status.value) if failed else None
+            out += self._graph.ended(self._values(), final.ts, error)
+        if failed:
             out.append(
                 ("error", {"error": final.code or final.status.value, "message": final.text})
             )
