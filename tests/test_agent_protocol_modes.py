@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.gateway_support import Gateway, gateway_over_pool
+from tests.helpers import ROOT
 from tests.js_support import run_script
 from tests.test_agent_protocol_runs import AGENT, KEY, KEYS, client, human, model, types
 
@@ -152,3 +156,28 @@ def test_the_javascript_sdk_scenario(gateway: Gateway) -> None:
     assert seen["item"] == {"colour": "blue"}
     assert seen["cron"] is True
     assert seen["crons_after_delete"] == 0
+
+
+def test_the_example_script_runs_unchanged(gateway: Gateway) -> None:
+    script = str(ROOT / "examples" / "langgraph_client.py")
+    ran = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "weather",
+            "--url",
+            gateway.url,
+            "--key",
+            KEY,
+            "--assistant",
+            AGENT,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert report["answer"] == "answer to: weather"
+    assert report["note"] == {"text": "answer to: weather"}
+    assert "[agent] ai calls ['lookup']" in ran.stdout and "[tools] tool" in ran.stdout
