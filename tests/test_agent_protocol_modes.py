@@ -10,10 +10,12 @@ import itertools
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.gateway_support import Gateway, gateway_over_pool
@@ -181,3 +183,31 @@ def test_the_example_script_runs_unchanged(gateway: Gateway) -> None:
     assert report["answer"] == "answer to: weather"
     assert report["note"] == {"text": "answer to: weather"}
     assert "[agent] ai calls ['lookup']" in ran.stdout and "[tools] tool" in ran.stdout
+
+
+def test_a_copied_thread_goes_its_own_way(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            tid = (await lg.threads.create(metadata={"who": "original"}))["thread_id"]
+            await lg.runs.wait(tid, AGENT, input=human("weather"))
+            copy = await lg.threads.copy(tid)
+            cid = copy["thread_id"]
+            assert cid != tid and copy["metadata"] == {"who": "original"}
+            original = await lg.threads.get_state(tid)
+            copied = await lg.threads.get_state(cid)
+            assert copied["values"] == original["values"]
+
+            await lg.runs.wait(cid, AGENT, input=human("rain"))
+            assert (
+                types((await lg.threads.get_state(cid))["values"])
+                == ["human", "ai", "tool", "ai"] * 2
+            )
+            assert (await lg.threads.get_state(tid))["values"] == original["values"]
+
+            empty = (await lg.threads.create())["thread_id"]
+            assert (await lg.threads.copy(empty))["values"] == {"messages": []}
+            with pytest.raises(httpx.HTTPStatusError) as missing:
+                await lg.threads.copy(str(uuid.uuid4()))
+            assert missing.value.response.status_code == 404
+
+    asyncio.run(scenario())

@@ -6,6 +6,7 @@
     GET    /threads/{thread_id}        the thread                                200 404
     PATCH  /threads/{thread_id}        merge into its metadata                   200 404
     DELETE /threads/{thread_id}        delete it (its session)                   204 404 409
+    POST   /threads/{thread_id}/copy   a new thread with its messages, metadata  200 404
     GET    /threads/{thread_id}/state  its values: {"messages": [...]}           200 404
     POST   /threads/{thread_id}/history  its state after each run, newest first  200 404
 
@@ -392,6 +393,40 @@ async def delete_thread(thread_id: SessionId, gateway: GatewayDep) -> Response:
     except SessionBusyError:
         raise GatewayError("a run is on the thread", status=409, error_code="thread_busy") from None
     return Response(status_code=204)
+
+
+@router.post(
+    "/threads/{thread_id}/copy",
+    dependencies=[touches(session="path.thread_id")],
+    summary="Copy a thread",
+)
+async def copy_thread(thread_id: SessionId, gateway: GatewayDep, scope: ScopeDep) -> dict[str, Any]:
+    """A new thread (a fresh id, the key's tenant's) holding the thread's messages (its
+    active branch, as they stand: a run going on adds its own only to the original)
+    and metadata; each goes its own way after. Its history starts empty: the runs stay
+    the original's."""
+    copy_id = str(uuid.uuid4())
+    if scope is not None and scope.prefix:
+        copy_id = scope.prefix + copy_id
+    detail = await _session(gateway, thread_id)
+    if detail is None:
+        waiting = await pending.get(gateway, thread_id)
+        if waiting is None:
+            raise thread_not_found()
+        await pending.put(gateway, pending.created(copy_id, waiting.metadata), new=True)
+    else:
+        agent = await gateway.session_agent(thread_id)
+        with state_store_errors():
+            store = await gateway.producer.state_store()
+            messages = await store.get_messages(thread_id)
+            await store.ensure_session(copy_id, agent or detail.agent)
+            await store.append(copy_id, messages)
+            if detail.metadata:
+                await store.update_metadata(copy_id, detail.metadata)
+    copied = await thread_detail(gateway, copy_id)
+    if copied is None:  # deleted meanwhile
+        raise thread_not_found()
+    return copied
 
 
 @router.get(
