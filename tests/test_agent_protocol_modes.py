@@ -211,3 +211,41 @@ def test_a_copied_thread_goes_its_own_way(gateway: Gateway) -> None:
             assert missing.value.response.status_code == 404
 
     asyncio.run(scenario())
+
+
+def test_a_stateless_run_leaves_no_thread_unless_kept(gateway: Gateway) -> None:
+    async def gone(lg: Any, thread_id: str) -> bool:
+        for _ in range(100):
+            try:
+                await lg.threads.get(thread_id)
+            except httpx.HTTPStatusError as missing:
+                return missing.response.status_code == 404
+            await asyncio.sleep(0.1)
+        return False
+
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            before = await lg.threads.count()
+            values = await lg.runs.wait(None, AGENT, input=human("gone"))
+            assert types(values) == ["human", "ai", "tool", "ai"]
+            assert await lg.threads.count() == before
+
+            created: list[Any] = []
+            parts = [
+                p
+                async for p in lg.runs.stream(
+                    None, AGENT, input=human("streamed"), on_run_created=created.append
+                )
+            ]
+            assert parts[-1].event == "end" and await gone(lg, created[0]["thread_id"])
+
+            run = await lg.runs.create(None, AGENT, input=human("background"))
+            assert await gone(lg, run["thread_id"])
+
+            kept = await lg.runs.create(None, AGENT, input=human("kept"), on_completion="keep")
+            await lg.runs.join(kept["thread_id"], kept["run_id"])
+            state = await lg.threads.get_state(kept["thread_id"])
+            assert types(state["values"]) == ["human", "ai", "tool", "ai"]
+            assert await lg.threads.count() == before + 1
+
+    asyncio.run(scenario())

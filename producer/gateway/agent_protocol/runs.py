@@ -9,7 +9,8 @@ docstring)::
     POST /threads/{thread_id}/runs/{run_id}/cancel       cancel it                   200 404
     GET  /threads/{thread_id}/runs/{run_id}/join         wait for it: the values     200 404
     GET  /threads/{thread_id}/runs/{run_id}/stream       its stream again (Last-Event-ID)
-    POST /runs, /runs/wait, /runs/stream                 stateless: on a thread made for the run
+    POST /runs, /runs/wait, /runs/stream                 stateless: on a thread made for the run,
+                                                         deleted once it ends (on_completion)
 
 ``input={"messages": [...]}``'s last human message is the turn's message;
 ``multitask_strategy`` (``reject`` by default, as LangGraph's server) is reactq's strategy
@@ -19,6 +20,8 @@ of the same name: a run a ``reject`` refuses gets 409. The stream's modes are
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -59,6 +62,7 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     ConfigError,
     DecisionConflictError,
+    SessionBusyError,
     UnknownAgentError,
 )
 from reactq.shared.events import ApprovalRequestedEvent, Event, FinalEvent
@@ -125,6 +129,9 @@ class RunCreate(BaseModel):
     REACTQ_WEBHOOK_SECRET; a URL that is not public is refused: 422)."""
     after_seconds: float | None = None
     """Not served yet: 422."""
+    on_completion: Literal["delete", "keep"] | None = None
+    """A stateless run's thread once the run ends: deleted (the default) or kept (a
+    run that waits for a person keeps it, to be resumed). Ignored on a thread's run."""
     interrupt_before: Any = None
     """Not served (reactq interrupts on a tool's approval): 422."""
     interrupt_after: Any = None
@@ -521,18 +528,64 @@ def _stateless(body: RunCreate) -> RunCreate:
     return body.model_copy(update={"if_not_exists": "create"})
 
 
+log = logging.getLogger(__name__)
+
+_DISCARDING: set[asyncio.Task[None]] = set()
+"""The stateless threads being deleted once their runs end (a reference each, so a
+task is not collected while it waits)."""
+
+
+async def _discard(gateway: Gateway, thread_id: str, run_id: str, after: str | None) -> None:
+    """Delete a stateless run's thread once the run has ended (not one that waits for
+    a person: its thread is where it is resumed)."""
+    try:
+        if await _until_end(gateway, thread_id, run_id, after) is None:
+            return
+        for _ in range(100):
+            try:
+                with state_store_errors():
+                    await gateway.producer.delete_session(thread_id)
+                return
+            except SessionBusyError:
+                # The worker releases the session a moment after the final.
+                await asyncio.sleep(0.1)
+        log.warning("stateless thread %s: still busy, kept", thread_id)
+    except Exception:
+        # The run's answer stands; a thread left behind is only clutter, and says why.
+        log.exception("stateless thread %s: could not be deleted", thread_id)
+
+
+def _discard_later(gateway: Gateway, thread_id: str, body: RunCreate, started: Started) -> None:
+    if body.on_completion == "keep":
+        return
+    task = asyncio.create_task(_discard(gateway, thread_id, started.run_id, started.after))
+    _DISCARDING.add(task)
+    task.add_done_callback(_DISCARDING.discard)
+
+
 @router.post("/runs", dependencies=[listing()], summary="Create a stateless background run")
 async def create_stateless_run(
     body: RunCreate, gateway: GatewayDep, scope: ScopeDep
 ) -> dict[str, Any]:
-    """A background run on a thread made for it."""
-    return await create_run(_new_thread(scope), _stateless(body), gateway, scope)
+    """A background run on a thread made for it (deleted once the run ends, unless
+    ``on_completion`` is ``keep``)."""
+    thread_id, body = _new_thread(scope), _stateless(body)
+    run = await create_run(thread_id, body, gateway, scope)
+    _discard_later(gateway, thread_id, body, Started(run["run_id"], time.time()))
+    return run
 
 
 @router.post("/runs/wait", dependencies=[listing()], summary="Run statelessly and wait")
 async def wait_stateless_run(body: RunCreate, gateway: GatewayDep, scope: ScopeDep) -> Any:
-    """Run on a thread made for the run; its final values."""
-    return await wait_run(_new_thread(scope), _stateless(body), gateway, scope)
+    """Run on a thread made for the run; its final values (the thread deleted before
+    the answer, unless ``on_completion`` is ``keep``)."""
+    thread_id, body = _new_thread(scope), _stateless(body)
+    started = await _start(gateway, scope, thread_id, body)
+    final = await _until_end(gateway, thread_id, started.run_id, started.after)
+    values = await _final_values(gateway, thread_id, final)
+    if body.on_completion != "keep":
+        await _discard(gateway, thread_id, started.run_id, started.after)
+    return values
 
 
 @router.post(
@@ -545,5 +598,31 @@ async def stream_stateless_run(
     body: RunCreate, gateway: GatewayDep, scope: ScopeDep
 ) -> StreamingResponse:
     """Run on a thread made for the run and stream it, as ``POST
-    /threads/{thread_id}/runs/stream``."""
-    return await stream_run(_new_thread(scope), _stateless(body), gateway, scope)
+    /threads/{thread_id}/runs/stream`` (the thread deleted once the run ends, unless
+    ``on_completion`` is ``keep``)."""
+    thread_id, body = _new_thread(scope), _stateless(body)
+    modes = modes_of(body.stream_mode)
+    _check_modes(modes)
+    started = await _start(gateway, scope, thread_id, body)
+    body_bytes = _run_frames(gateway, thread_id, started.run_id, modes, started.after)
+    return _streaming(
+        thread_id,
+        started.run_id,
+        modes,
+        _then_discard(body_bytes, gateway, thread_id, body, started),
+    )
+
+
+async def _then_discard(
+    pieces: AsyncIterator[bytes],
+    gateway: Gateway,
+    thread_id: str,
+    body: RunCreate,
+    started: Started,
+) -> AsyncIterator[bytes]:
+    # Deleted after the stream, not beside it: the thread's events are what it reads.
+    try:
+        async for piece in pieces:
+            yield piece
+    finally:
+        _discard_later(gateway, thread_id, body, started)
