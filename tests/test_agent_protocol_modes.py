@@ -249,3 +249,50 @@ def test_a_stateless_run_leaves_no_thread_unless_kept(gateway: Gateway) -> None:
             assert await lg.threads.count() == before + 1
 
     asyncio.run(scenario())
+
+
+def test_deleted_and_rolled_back_runs_are_gone(gateway: Gateway) -> None:
+    async def status(call: Any) -> int:
+        try:
+            await call
+        except httpx.HTTPStatusError as refused:
+            return refused.response.status_code
+        return 200
+
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            tid = (await lg.threads.create())["thread_id"]
+            done = await lg.runs.create(tid, AGENT, input=human("weather"))
+            await lg.runs.join(tid, done["run_id"])
+            before = await lg.threads.get_state(tid)
+
+            slow = await lg.runs.create(tid, AGENT, input=human("sleep=1 slow"))
+            assert await status(lg.runs.delete(tid, slow["run_id"])) == 409
+            await lg.runs.cancel(tid, slow["run_id"], action="rollback")
+            assert await status(lg.runs.get(tid, slow["run_id"])) == 404
+            assert (await lg.threads.get_state(tid))["values"] == before["values"]
+
+            # A rollback run replaces the one going on: that one is deleted.
+            old = await lg.runs.create(tid, AGENT, input=human("sleep=1 old"))
+            new = await lg.runs.create(
+                tid, AGENT, input=human("new"), multitask_strategy="rollback"
+            )
+            await lg.runs.join(tid, new["run_id"])
+            assert await status(lg.runs.get(tid, old["run_id"])) == 404
+            values = (await lg.threads.get_state(tid))["values"]
+            assert [m["content"] for m in values["messages"] if m["type"] == "human"] == [
+                "weather",
+                "new",
+            ]
+
+            await lg.runs.delete(tid, done["run_id"])
+            assert await status(lg.runs.get(tid, done["run_id"])) == 404
+            assert await status(lg.runs.join(tid, done["run_id"])) == 404
+            assert [r["run_id"] for r in await lg.runs.list(tid)] == [new["run_id"]]
+            assert await status(lg.runs.delete(tid, done["run_id"])) == 404
+            # Its messages stay: a run deleted is not a rollback.
+            assert (await lg.threads.get_state(tid))["values"]["messages"][:4] == before["values"][
+                "messages"
+            ]
+
+    asyncio.run(scenario())

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from reactq.producer.gateway.agent_protocol import assistants
+from reactq.producer.gateway.agent_protocol import assistants, deleted
 from reactq.producer.gateway.agent_protocol.messages import input_message, thread_messages
 from reactq.producer.gateway.agent_protocol.streams import (
     LAST_EVENT_ID,
@@ -249,8 +249,14 @@ async def _submit(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate)
         )
     strategy = body.multitask_strategy
     ours = {"assistant_id": body.assistant_id, "multitask_strategy": strategy.value}
+    superseded: list[str] = []
+    if strategy is MultitaskStrategy.ROLLBACK and await gateway.session_agent(thread_id):
+        # The runs a rollback stops are deleted, as LangGraph's server deletes them.
+        with state_store_errors():
+            turns = await gateway.producer.session_turns(thread_id)
+        superseded = [t.turn_id for t in turns if not t.status.is_final]
     try:
-        return await gateway.producer.submit(
+        handle = await gateway.producer.submit(
             thread_id,
             message,
             agent=choice.agent,
@@ -264,6 +270,9 @@ async def _submit(gateway: Gateway, scope: Any, thread_id: str, body: RunCreate)
     except ConfigError as exc:
         # A webhook without REACTQ_WEBHOOK_SECRET: the pool is not set up for it.
         raise GatewayError(exc.message, status=501, error_code="not_implemented") from None
+    for run_id in superseded:
+        await deleted.forget(gateway, thread_id, run_id)
+    return handle
 
 
 async def _turn(gateway: Gateway, thread_id: str, run_id: str) -> TurnInfo:
@@ -272,6 +281,8 @@ async def _turn(gateway: Gateway, thread_id: str, run_id: str) -> TurnInfo:
         info = await gateway.producer.turn_info(run_id)
     if info is None or info.session_id != thread_id:
         raise GatewayError("no such run", status=404, error_code="run_not_found")
+    if await deleted.is_forgotten(gateway, thread_id, run_id):
+        raise GatewayError("the run was deleted", status=404, error_code="run_not_found")
     return info
 
 
@@ -430,7 +441,8 @@ async def list_runs(
         raise thread_not_found()
     with state_store_errors():
         turns = await gateway.producer.session_turns(thread_id)
-    runs = [run_object(thread_id, t.turn_id, t) for t in reversed(turns)]
+    gone = await deleted.forgotten(gateway, thread_id)
+    runs = [run_object(thread_id, t.turn_id, t) for t in reversed(turns) if t.turn_id not in gone]
     if status is not None:
         runs = [r for r in runs if r["status"] == status]
     return runs[offset : offset + limit]
@@ -459,13 +471,34 @@ async def cancel_run(
     action: Annotated[Literal["interrupt", "rollback"], Query()] = "interrupt",
 ) -> dict[str, Any]:
     """Cancel the run (at its next step if it runs); with ``wait``, once it ended.
-    ``action`` is accepted: either way the turn's work is not committed."""
-    del action
+    Either way the turn's work is not committed; ``rollback`` deletes the run too
+    (get, list and join answer as for a run that never was)."""
     await _turn(gateway, thread_id, run_id)
     await gateway.producer.cancel(run_id)
-    if wait:
+    if wait or action == "rollback":
         await _until_end(gateway, thread_id, run_id)
-    return run_object(thread_id, run_id, await _turn(gateway, thread_id, run_id))
+    run = run_object(thread_id, run_id, await _turn(gateway, thread_id, run_id))
+    if action == "rollback":
+        await deleted.forget(gateway, thread_id, run_id)
+    return run
+
+
+@router.delete(
+    "/threads/{thread_id}/runs/{run_id}",
+    dependencies=[touches(session=_THREAD, turn="path.run_id")],
+    status_code=204,
+    summary="Delete a run",
+)
+async def delete_run(thread_id: SessionId, run_id: TurnId, gateway: GatewayDep) -> Response:
+    """Delete an ended run (409 while it runs, waits in the queue or for a person:
+    cancel it first). Its messages stay in the thread's state."""
+    info = await _turn(gateway, thread_id, run_id)
+    if info.final is None:
+        raise GatewayError(
+            "the run has not ended: cancel it first", status=409, error_code="run_busy"
+        )
+    await deleted.forget(gateway, thread_id, run_id)
+    return Response(status_code=204)
 
 
 @router.get(

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
-from reactq.producer.gateway.agent_protocol import pending
+from reactq.producer.gateway.agent_protocol import deleted, pending
 from reactq.producer.gateway.agent_protocol.messages import thread_messages
 from reactq.producer.gateway.agent_protocol.streams import interrupt
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep, SessionId
@@ -392,6 +392,7 @@ async def delete_thread(thread_id: SessionId, gateway: GatewayDep) -> Response:
         raise thread_not_found() from None
     except SessionBusyError:
         raise GatewayError("a run is on the thread", status=409, error_code="thread_busy") from None
+    await deleted.clear(gateway, thread_id)
     return Response(status_code=204)
 
 
