@@ -116,6 +116,10 @@ def test_assistants_search_get_count_schemas_graph(sdk: Clients, namespace: str)
     assert {n["id"] for n in graph["nodes"]} >= {"agent", "tools"}
     assert client.assistants.get_subgraphs("alpha") == {}
     assert client.assistants.get_versions(alpha["assistant_id"]) == [alpha]
+    assert client.assistants.set_latest(alpha["assistant_id"], 1) == alpha
+    with pytest.raises(httpx.HTTPStatusError) as no_version:
+        client.assistants.set_latest("alpha", 2)
+    assert no_version.value.response.status_code == 404
     with pytest.raises(httpx.HTTPStatusError) as hosted:
         client.assistants.delete("alpha")
     assert hosted.value.response.status_code == 409

@@ -9,6 +9,7 @@ docstring)::
     GET  /assistants/{assistant_id}/graph    its nodes and edges (agent <-> tools)  404
     GET  /assistants/{assistant_id}/subgraphs      none: {}                          404
     POST /assistants/{assistant_id}/versions       its one version                   404
+    POST /assistants/{assistant_id}/latest         its one version stays the latest  404
     PATCH  /assistants/{assistant_id}        one POST /assistants made: its config...  404 409 422
     DELETE /assistants/{assistant_id}        one POST /assistants made           404 409
 
@@ -539,6 +540,34 @@ async def assistant_versions(found: Named, body: VersionSearch) -> list[Assistan
     """Its one version: the live definition (``metadata.config_version`` says which)."""
     kept = [found] if _holds(found, body.metadata) else []
     return kept[body.offset : body.offset + body.limit]
+
+
+class LatestVersion(BaseModel):
+    """``POST /assistants/{assistant_id}/latest``."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    version: int = Field(ge=1)
+    """The version to make the latest: an assistant has one, 1."""
+
+
+@router.post(
+    "/assistants/{assistant_id}/latest",
+    response_model=Assistant,
+    responses=_NOT_FOUND,
+    dependencies=[_ONE],
+)
+async def set_latest_version(found: Named, body: LatestVersion) -> Assistant:
+    """The assistant, its one version (1) being the latest already; another version
+    is one it never had: 404."""
+    if body.version != found.version:
+        raise GatewayError(
+            f"assistant {found.assistant_id} has no version {body.version} (it has one: "
+            f"{found.version})",
+            status=404,
+            error_code="assistant_version_not_found",
+        )
+    return found
 
 
 @router.delete(
