@@ -5,6 +5,7 @@ be). They live in the state database, beside the conversations::
     await producer.store.put(("users", "u-42"), "diet", {"text": "vegetarian"})
     doc = await producer.store.get(("users", "u-42"), "diet")
     page = await producer.store.search("users.u-42", query="veget", filter={"kind": "pref"})
+    spaces = await producer.store.namespaces(prefix=("users",), max_depth=2)
 
 ``Producer.state_store()`` is the state store itself (it was ``Producer.store()``).
 """
@@ -19,6 +20,7 @@ from reactq.shared.state import StateStore
 from reactq.shared.state.document_store import (
     Document,
     DocumentPage,
+    Namespace,
     NamespaceLike,
     check_key,
     check_namespace,
@@ -78,6 +80,34 @@ class LongTermStore:
             namespace, prefix=prefix, filter=filter, query=query, limit=limit, cursor=cursor
         )
 
+    async def namespaces(
+        self,
+        *,
+        prefix: NamespaceLike | None = None,
+        suffix: NamespaceLike | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Namespace]:
+        """The namespaces that hold documents, in order: those whose first segments are
+        ``prefix`` and last ones ``suffix``, each cut to its first ``max_depth``
+        segments (the cut ones once each), ``limit`` of them after ``offset``."""
+        head = check_namespace(prefix) if prefix is not None else ()
+        tail = check_namespace(suffix) if suffix is not None else ()
+        if max_depth is not None and max_depth < 1:
+            raise InvalidDocumentError("max_depth must be at least 1")
+        if not 0 < limit <= 10_000 or offset < 0:
+            raise InvalidDocumentError("limit must be 1-10000 and offset at least 0")
+        found = await (await self._open()).list_namespaces()
+        kept = [
+            space
+            for space in found
+            if space[: len(head)] == head and (not tail or space[-len(tail) :] == tail)
+        ]
+        if max_depth is not None:
+            kept = sorted({space[:max_depth] for space in kept})
+        return kept[offset : offset + limit]
+
 
 class SyncLongTermStore:
     """``SyncProducer.store``: the long-term store's calls, blocking."""
@@ -117,3 +147,20 @@ class SyncLongTermStore:
             )
         )
         return page
+
+    def namespaces(
+        self,
+        *,
+        prefix: NamespaceLike | None = None,
+        suffix: NamespaceLike | None = None,
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Namespace]:
+        """The namespaces that hold documents (see ``LongTermStore.namespaces``)."""
+        found: list[Namespace] = self._run(
+            self._store.namespaces(
+                prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit, offset=offset
+            )
+        )
+        return found

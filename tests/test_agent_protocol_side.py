@@ -256,9 +256,19 @@ async def _store_round_trip(gateway: Gateway, client: Any) -> None:
     with pytest.raises(httpx.HTTPStatusError) as bad:
         await client.store.put_item(["bad ns"], "k", {"v": 1})
     assert bad.value.response.status_code == 422
-    with pytest.raises(httpx.HTTPStatusError) as not_yet:
-        await client.store.list_namespaces(prefix=["acme-notes"])
-    assert not_yet.value.response.status_code in (404, 405)
+    await client.store.put_item([*space, "deep"], "k", {"v": 1})
+    listed = await client.store.list_namespaces(prefix=space)
+    assert listed["namespaces"] == [space, [*space, "deep"]]
+    assert (await client.store.list_namespaces(prefix=space, suffix=["deep"]))["namespaces"] == [
+        [*space, "deep"]
+    ]
+    cut = await client.store.list_namespaces(prefix=space, max_depth=2)
+    assert cut["namespaces"] == [space]
+    paged = await client.store.list_namespaces(prefix=space, limit=1, offset=1)
+    assert paged["namespaces"] == [[*space, "deep"]]
+    with pytest.raises(httpx.HTTPStatusError) as too_deep:
+        await client.store.list_namespaces(max_depth=0)
+    assert too_deep.value.response.status_code == 422
 
 
 def test_a_tenants_key_reaches_its_namespaces_only(sdk: Clients) -> None:
@@ -266,6 +276,9 @@ def test_a_tenants_key_reaches_its_namespaces_only(sdk: Clients) -> None:
     admin, acme = sdk(), sdk("acme")
     admin.store.put_item(["globex-notes", tag], "secret", {"v": 1})
     acme.store.put_item(["acme-notes", tag], "ours", {"v": 2})
+    ours = acme.store.list_namespaces()["namespaces"]
+    assert ["acme-notes", tag] in ours and all(n[0].startswith("acme-") for n in ours)
+    assert ["globex-notes", tag] in admin.store.list_namespaces(suffix=[tag])["namespaces"]
 
     assert acme.store.get_item(["acme-notes", tag], "ours")["value"] == {"v": 2}
     with pytest.raises(httpx.HTTPStatusError) as hidden:

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from reactq.producer.documents import LongTermStore
 from reactq.shared.errors import InvalidCursorError, InvalidDocumentError, InvalidNamespaceError
 from reactq.shared.state import StateStore
 from tests.state_fixtures import store_fixture, url_fixture
@@ -81,3 +82,27 @@ async def test_bad_input_is_refused_with_its_code(store: StateStore) -> None:
         await store.search_documents(ns, filter=["x"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit"):
         await store.search_documents(ns, limit=0)
+
+
+async def test_namespaces_are_listed_and_an_emptied_one_goes(store: StateStore) -> None:
+    ns = space()
+    deeper = (*ns, "notes")
+    await store.put_document(ns, "a", {"v": 1})
+    await store.put_document(deeper, "b", {"v": 2})
+    listed = await store.list_namespaces()
+    assert ns in listed and deeper in listed and listed == sorted(listed)
+    await store.delete_document(deeper, "b")
+    assert deeper not in await store.list_namespaces()
+
+    await store.put_document(deeper, "b", {"v": 2})
+    long_term = LongTermStore(lambda: _same(store))
+    assert await long_term.namespaces(prefix=ns) == [ns, deeper]
+    assert await long_term.namespaces(prefix=ns, suffix=("notes",)) == [deeper]
+    assert await long_term.namespaces(prefix=ns, max_depth=1) == [("users",)]
+    assert await long_term.namespaces(prefix=ns, limit=1, offset=1) == [deeper]
+    with pytest.raises(InvalidDocumentError):
+        await long_term.namespaces(max_depth=0)
+
+
+async def _same(store: StateStore) -> StateStore:
+    return store

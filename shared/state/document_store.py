@@ -117,6 +117,11 @@ class DocumentStore(Protocol):
         ``next_cursor`` (InvalidCursorError for anything else)."""
         ...
 
+    async def list_namespaces(self) -> list[Namespace]:
+        """Every namespace that holds a document, in order (``LongTermStore.namespaces``
+        filters them)."""
+        ...
+
 
 # --- checks -----------------------------------------------------------------------
 
@@ -362,3 +367,11 @@ class TenantDocuments:
             limit=limit,
             cursor=cursor,
         )
+
+    async def list_namespaces(self) -> list[Namespace]:
+        """The tenant's namespaces: those whose dotted name starts with its prefix."""
+        found = await self.store.list_namespaces()
+        if self.tenant is None or self.tenant.prefix is None:
+            return found
+        prefix = self.tenant.prefix
+        return [space for space in found if dotted(space).startswith(prefix)]

@@ -5,6 +5,7 @@ docstring)::
     GET    /store/items?namespace=a.b&key=k                                      404 422
     DELETE /store/items                  {namespace: [...], key}                 204
     POST   /store/items/search           {namespace_prefix, filter, limit, offset}
+    POST   /store/namespaces             {prefix, suffix, max_depth, limit, offset}
 
 An item is a ``Producer.store`` document: the same one ``/v1/store/{namespace}/{key}``
 reaches, its namespace's segments joined by dots. A key scoped to a tenant reaches
@@ -13,8 +14,7 @@ others, as a missing item; an empty search); a read-only key cannot write.
 
 What differs from LangGraph's store: ``namespace_prefix`` names one namespace
 (its items, not those of namespaces under it); ``query`` (semantic search), ``index``
-and ``ttl`` / ``refresh_ttl`` are accepted and ignored; ``POST /store/namespaces`` is not
-served (the store lists no namespaces).
+and ``ttl`` / ``refresh_ttl`` are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -224,3 +224,45 @@ async def search_items(body: ItemSearch, gateway: GatewayDep, scope: ScopeDep) -
             if cursor is None:
                 break
     return ItemList(items=[_item(d) for d in found[body.offset : wanted]])
+
+
+class NamespaceSearch(BaseModel):
+    """``POST /store/namespaces``."""
+
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+    prefix: list[Segment] | None = Field(default=None, max_length=MAX_SEGMENTS)
+    """Namespaces whose first segments are these."""
+    suffix: list[Segment] | None = Field(default=None, max_length=MAX_SEGMENTS)
+    """Namespaces whose last segments are these."""
+    max_depth: int | None = Field(default=None, ge=1, le=MAX_SEGMENTS)
+    """Each namespace cut to its first ``max_depth`` segments (the cut ones once each)."""
+    limit: int = Field(100, ge=1, le=MAX_SEARCH_LIMIT)
+    """Namespaces at most."""
+    offset: int = Field(0, ge=0, le=100_000)
+    """Namespaces to skip."""
+
+
+class NamespaceList(BaseModel):
+    """``POST /store/namespaces``' answer."""
+
+    namespaces: list[list[str]]
+    """The namespaces, in order, each as its segments."""
+
+
+@router.post("/store/namespaces", response_model=NamespaceList, dependencies=[listing()])
+async def list_namespaces(
+    body: NamespaceSearch, gateway: GatewayDep, scope: ScopeDep
+) -> NamespaceList:
+    """The namespaces that hold items, in order; a tenant's key sees its own only."""
+    with _answers("body"):
+        found = await gateway.producer.store.namespaces(
+            prefix=body.prefix or None,
+            suffix=body.suffix or None,
+            max_depth=body.max_depth,
+            limit=10_000,
+        )
+    if scope is not None:
+        found = [space for space in found if scope.sees_namespace(".".join(space))]
+    page = found[body.offset : body.offset + body.limit]
+    return NamespaceList(namespaces=[list(space) for space in page])

@@ -59,6 +59,13 @@ class MemoryDocuments(DocumentSearch):
         found = self._namespace_docs(docs.check_namespace(namespace))
         return found.pop(docs.check_key(key), None) is not None
 
+    async def list_namespaces(self) -> list[Namespace]:
+        """Every namespace that holds a document, in order."""
+        return sorted(space for space, found in self._namespace_docs_all().items() if found)
+
+    def _namespace_docs_all(self) -> dict[Namespace, dict[str, Document]]:
+        return getattr(self, "_documents", {})
+
     async def _documents_in_key_order(
         self, space: Namespace, *, after: str | None, prefix: str | None, batch: int
     ) -> AsyncIterator[Document]:

@@ -7,12 +7,16 @@ A namespace's documents share one hash tag, so its two keys share a cluster slot
     <ns>:state:docs:{<dotted namespace>}:keys   sorted set  <key>, all scores 0 (key order)
 
 A put and a delete are one Lua script each (``state_doc_*.lua``); a search reads
-the key index in lexical order, a batch at a time, and the values beside it.
+the key index in lexical order, a batch at a time, and the values beside it. The
+namespaces are listed by a SCAN of the key indexes (an index emptied by its last
+delete is gone): no index of namespaces, which a put would have to write in another
+slot than its document's.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -92,6 +96,16 @@ class RedisDocuments(DocumentSearch):
         key = docs.check_key(key)
         remove = self.redis.register_script(_DELETE)
         return bool(await remove(keys=self._doc_keys(space), args=[key]))
+
+    async def list_namespaces(self) -> list[Namespace]:
+        """Every namespace that holds a document, in order (a SCAN: every key index)."""
+        base = re.sub(r"([*?\[\]\\])", r"\\\1", f"{self.namespace}:state:docs:")
+        start = len(self.namespace) + len(":state:docs:{")
+        found = {
+            tuple(_text(key)[start : -len("}:keys")].split("."))
+            async for key in self.redis.scan_iter(match=base + "{*}:keys", count=500)
+        }
+        return sorted(found)
 
     async def _documents_in_key_order(
         self, space: Namespace, *, after: str | None, prefix: str | None, batch: int

@@ -87,6 +87,15 @@ class SqlDocuments(DocumentSearch):
         query = delete(documents).where(documents.c.namespace == space, documents.c.key == key)
         return await self._write(lambda conn: conn.execute(query).rowcount > 0)
 
+    async def list_namespaces(self) -> list[Namespace]:
+        """Every namespace that holds a document, in order."""
+
+        def names(conn: Connection) -> list[str]:
+            stmt = select(documents.c.namespace).distinct().order_by(documents.c.namespace)
+            return [row[0] for row in conn.execute(stmt)]
+
+        return sorted(tuple(name.split(".")) for name in await self._read(names))
+
     async def _documents_in_key_order(
         self, space: Namespace, *, after: str | None, prefix: str | None, batch: int
     ) -> AsyncIterator[Document]:
