@@ -311,6 +311,7 @@ class Producer(ApprovalsMixin, HistoryMixin):
         every: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         tenant: TenantIdentity | None = None,
+        fresh_sessions: bool = False,
     ) -> Schedule:
         """Schedule a turn: ``message`` to ``agent`` in ``session_id`` at each tick of
         ``cron`` (five fields, UTC: ``"0 9 * * 1-5"``) or every ``every`` seconds, fired
@@ -322,7 +323,8 @@ class Producer(ApprovalsMixin, HistoryMixin):
         InvalidSessionIdError, an empty or oversized message's error, UnknownAgentError
         and AgentMismatchError, as ``submit`` does; nothing is stored then. ``tenant``:
         who its turns act for, as ``submit`` takes it (the gateway passes its caller's
-        key), kept on the schedule."""
+        key), kept on the schedule. ``fresh_sessions``: each tick's turn in a new
+        session, ``{session_id}-{tick}`` (``session_id`` their common prefix)."""
         return await schedules.add_schedule(
             self,
             session_id,
@@ -332,6 +334,7 @@ class Producer(ApprovalsMixin, HistoryMixin):
             every=every,
             metadata=metadata,
             tenant=tenant,
+            fresh_sessions=fresh_sessions,
         )
 
     async def list_schedules(self, session_id: str | None = None) -> list[Schedule]:

@@ -51,6 +51,7 @@ async def add_schedule(
     every: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     tenant: TenantIdentity | None = None,
+    fresh_sessions: bool = False,
 ) -> Schedule:
     """Check and store a schedule (see ``Producer.add_schedule``).
 
@@ -78,8 +79,11 @@ async def add_schedule(
             f"`reactq worker --agents MODULE:ATTR` (namespace {settings.namespace!r})",
             agent=str(agent)[:200],
         )
-    owner = await producer.queue.session_agent(session_id)
-    if owner is None:
+    if fresh_sessions:
+        # Each tick's session is new, and made by its turn for the agent.
+        validate_session_id(f"{session_id}-{int(time.time())}")
+    owner = None if fresh_sessions else await producer.queue.session_agent(session_id)
+    if owner is None and not fresh_sessions:
         record = await (await producer.state_store()).get_session(session_id)
         owner = None if record is None else record.agent
     if owner is not None and owner != agent:
@@ -101,6 +105,7 @@ async def add_schedule(
         created_at=time.time(),
         metadata=checked,
         tenant=tenant,
+        fresh_sessions=fresh_sessions,
     )
     await store.add(schedule)
     return schedule
@@ -161,7 +166,7 @@ async def fire(producer: Producer, schedule_id: str, tick: float, claim_ttl: int
     metadata = {**schedule.metadata, "schedule_id": schedule_id, "scheduled_for": tick}
     try:
         handle = await producer.submit(
-            schedule.session_id,
+            schedule.session_for(tick),
             schedule.message,
             agent=schedule.agent,
             metadata=metadata,

@@ -325,6 +325,7 @@ class SyncProducer:
         every: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         tenant: TenantIdentity | None = None,
+        fresh_sessions: bool = False,
     ) -> Schedule:
         """Schedule a turn at each tick of ``cron`` or ``every`` seconds (see
         ``Producer.add_schedule``)."""
@@ -337,6 +338,7 @@ class SyncProducer:
                 every=every,
                 metadata=metadata,
                 tenant=tenant,
+                fresh_sessions=fresh_sessions,
             )
         )
 

@@ -84,6 +84,14 @@ class Schedule(BaseModel):
     tenant: TenantIdentity | None = None
     """The identity of the API key that added it (None: none, or a trusted producer's
     that named none): every turn it submits carries it (``TurnRequest.tenant``)."""
+    fresh_sessions: bool = False
+    """Each tick's turn runs in a new session, ``{session_id}-{tick}`` (``session_id``
+    is then their common prefix, a tenant's under its own); False: every tick's in
+    ``session_id``."""
+
+    def session_for(self, tick: float) -> str:
+        """The session the turn of ``tick`` (Unix time) runs in."""
+        return f"{self.session_id}-{int(tick)}" if self.fresh_sessions else self.session_id
 
     @property
     def spec(self) -> str:

@@ -312,7 +312,10 @@ def test_crons_create_search_delete(gateway: Gateway, sdk: Clients) -> None:
     stateless = client.crons.create(
         "beta", schedule="*/5 * * * *", input={"messages": [{"type": "human", "content": "tick"}]}
     )
-    assert stateless["thread_id"] and stateless["thread_id"] != thread
+    assert stateless["thread_id"] is None  # each tick's run on a new thread
+    with gateway.client() as http:
+        kept = http.get(f"/v1/schedules/{stateless['cron_id']}").json()
+        assert kept["fresh_sessions"] is True and kept["session_id"] != thread
 
     mine = client.crons.search(thread_id=thread)
     assert [c["cron_id"] for c in mine] == [on_thread["cron_id"]]
@@ -368,13 +371,15 @@ def test_a_bad_cron_is_refused_with_a_422(
     assert refused.value.response.json()["field"] == field
 
 
-def test_a_tenants_key_sees_its_crons_only(sdk: Clients) -> None:
+def test_a_tenants_key_sees_its_crons_only(gateway: Gateway, sdk: Clients) -> None:
     admin, acme = sdk(), sdk("acme")
     tag = uuid.uuid4().hex[:8]
     ask = {"input": {"messages": [{"role": "user", "content": "hi"}]}}
     theirs = admin.crons.create_for_thread(f"globex-{tag}", "alpha", schedule="0 9 * * *", **ask)
     ours = acme.crons.create("alpha", schedule="0 9 * * *", **ask)
-    assert str(ours["thread_id"]).startswith("acme-")
+    assert ours["thread_id"] is None  # a new thread each tick, under the tenant's prefix
+    with gateway.client() as http:
+        assert http.get(f"/v1/schedules/{ours['cron_id']}").json()["session_id"].startswith("acme-")
     seen = {c["cron_id"] for c in acme.crons.search(limit=1000)}
     assert ours["cron_id"] in seen and theirs["cron_id"] not in seen
     with pytest.raises(httpx.HTTPStatusError) as hidden:

@@ -88,7 +88,7 @@ async def test_the_store_keeps_schedules(url: str) -> None:
         session = f"s-{uuid.uuid4().hex[:10]}"
         tenant = TenantIdentity(name="acme", prefix="s-", agents=frozenset({"alpha"}))
         first = _schedule(session, created_at=1.0, metadata={"team": "ops"}, tenant=tenant)
-        second = _schedule(session, cron=None, every=60, created_at=2.0)
+        second = _schedule(session, cron=None, every=60, created_at=2.0, fresh_sessions=True)
         other = _schedule(f"o-{uuid.uuid4().hex[:10]}", created_at=3.0)
         for schedule in (second, other, first):
             await store.add(schedule)
@@ -342,3 +342,25 @@ async def test_a_fired_turn_acts_for_the_key_that_added_its_schedule(producer: P
     turns = [TurnRequest.parse(raw) for raw in pending]
     assert [(t.turn_id, t.tenant) for t in turns] == [(turn_id, acme)]
     assert turns[0].metadata["tenant"] == "beta"
+
+
+async def test_a_schedule_of_fresh_sessions_runs_each_tick_in_a_new_one(
+    producer: Producer,
+) -> None:
+    """Issue 31: a stateless cron's ticks each on a new thread (LangGraph's behaviour):
+    ``{session_id}-{tick}``, the schedule's session id the prefix they share."""
+    prefix = f"acme-{uuid.uuid4().hex[:10]}"
+    added = await producer.add_schedule(
+        prefix, "report", agent="alpha", every=60, fresh_sessions=True
+    )
+    assert (await producer.get_schedule(added.schedule_id)) == added and added.fresh_sessions
+    ticks = [added.created_at + 60, added.created_at + 120]
+    for tick in ticks:
+        assert await fire(producer, added.schedule_id, tick, claim_ttl=3600) is not None
+    for tick in ticks:
+        session = f"{prefix}-{int(tick)}"
+        pending = await producer.redis.lrange(producer.keys.pending(session), 0, -1)
+        assert [TurnRequest.parse(raw).message for raw in pending] == ["report"]
+    assert await producer.redis.llen(producer.keys.pending(prefix)) == 0
+    # Deleting the sessions later leaves the schedule: it names none of them.
+    assert await producer.get_schedule(added.schedule_id) is not None

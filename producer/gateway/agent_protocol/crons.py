@@ -1,7 +1,7 @@
 """The Agent Protocol's crons over reactq's schedules (see the package's docstring)::
 
     POST   /threads/{thread_id}/runs/crons   a run on the thread at each tick   404 409 422
-    POST   /runs/crons                       "stateless": on a thread made for the cron
+    POST   /runs/crons                       "stateless": each tick on a new thread
     POST   /runs/crons/search                by assistant_id, thread_id, enabled; limit, offset
     POST   /runs/crons/count                 how many the same filters match
     PATCH  /runs/crons/{cron_id}             enabled: pause or resume it (else 422)  404
@@ -9,8 +9,9 @@
 
 A cron is a reactq schedule (``cron_id`` = its ``schedule_id``), fired by ``reactq
 beat``: each tick submits the cron's input (its last human message) as a turn. What
-differs from LangGraph's server: a stateless cron runs every tick on the one thread
-made when it was created (reactq schedules a session, not a fresh one per tick);
+differs from LangGraph's server: a stateless cron's threads are
+``{prefix}-{tick}`` (the prefix a new UUID, the tenant's for a key with one) and are
+kept after their runs (``on_run_completed`` is ignored);
 ``schedule`` is evaluated in UTC (another ``timezone`` is refused); ``end_time``,
 ``config``, ``context``, ``webhook`` and interrupts are not supported (``end_time`` is
 refused, the others ignored). A tenant's key reaches its sessions' crons only, as on
@@ -215,7 +216,7 @@ def _cron(namespace: str, schedule: Schedule) -> Cron:
     return Cron(
         cron_id=schedule.schedule_id,
         assistant_id=assistant,
-        thread_id=schedule.session_id,
+        thread_id=None if schedule.fresh_sessions else schedule.session_id,
         schedule=schedule.spec,
         payload={
             "assistant_id": assistant,
@@ -231,7 +232,14 @@ def _cron(namespace: str, schedule: Schedule) -> Cron:
     )
 
 
-async def _add(gateway: Gateway, scope: KeyScope | None, thread_id: str, body: CronCreate) -> Cron:
+async def _add(
+    gateway: Gateway,
+    scope: KeyScope | None,
+    thread_id: str,
+    body: CronCreate,
+    *,
+    fresh_sessions: bool = False,
+) -> Cron:
     # An assistant nobody hosts (or outside the key's agents) first, as a missing one.
     agent = (await choose(gateway, body.assistant_id)).agent
     hosted = await gateway.producer.registry.agent_profile(agent) is not None
@@ -255,6 +263,7 @@ async def _add(gateway: Gateway, scope: KeyScope | None, thread_id: str, body: C
             cron=body.schedule,
             metadata=body.metadata,
             tenant=scope,
+            fresh_sessions=fresh_sessions,
         )
         if not body.enabled:
             added = await gateway.producer.pause_schedule(added.schedule_id)
@@ -283,10 +292,10 @@ async def create_thread_cron(
 
 @router.post("/runs/crons", response_model=Cron, responses=_CREATED, dependencies=[listing()])
 async def create_cron(body: CronCreate, gateway: GatewayDep, scope: ScopeDep) -> Cron:
-    """A "stateless" cron: its runs go to a thread made for it (one thread for all its
-    ticks, not a fresh one each), whose id is the tenant's."""
+    """A "stateless" cron: each tick's run on a new thread (``{prefix}-{tick}``, the
+    prefix a new UUID, the tenant's for a key with one)."""
     prefix = scope.prefix if scope is not None and scope.prefix is not None else ""
-    return await _add(gateway, scope, f"{prefix}{uuid.uuid4()}", body)
+    return await _add(gateway, scope, f"{prefix}{uuid.uuid4()}", body, fresh_sessions=True)
 
 
 async def _matching(gateway: Gateway, scope: KeyScope | None, body: CronCount) -> list[Schedule]:

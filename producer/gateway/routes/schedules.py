@@ -73,6 +73,9 @@ class ScheduleCreate(BaseModel):
     REACTQ_SCHEDULE_MIN_INTERVAL_SECONDS, 60 by default, to 2147483647)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Kept on each turn it submits, beside ``schedule_id`` and ``scheduled_for``."""
+    fresh_sessions: bool = False
+    """Each tick's turn in a new session, ``{session_id}-{tick}`` (``session_id`` then
+    their common prefix)."""
 
 
 class ScheduleList(BaseModel):
@@ -182,6 +185,7 @@ async def add_schedule(body: ScheduleCreate, gateway: GatewayDep, scope: ScopeDe
             every=body.every,
             metadata=body.metadata,
             tenant=scope,
+            fresh_sessions=body.fresh_sessions,
         )
 
 

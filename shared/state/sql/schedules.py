@@ -20,8 +20,9 @@ __all__ = ["SqlScheduleStore"]
 def _row(schedule: Schedule) -> dict[str, Any]:
     tenant = schedule.tenant
     return {
-        **schedule.model_dump(exclude={"metadata", "paused", "tenant"}),
+        **schedule.model_dump(exclude={"metadata", "paused", "tenant", "fresh_sessions"}),
         "paused": int(schedule.paused),
+        "fresh_sessions": int(schedule.fresh_sessions),
         "metadata": json.dumps(schedule.metadata) if schedule.metadata else None,
         "tenant": None if tenant is None else tenant.model_dump_json(),
     }
@@ -33,6 +34,7 @@ def _schedule(row: Any) -> Schedule:
         **{
             **row,
             "paused": bool(row["paused"]),
+            "fresh_sessions": bool(row.get("fresh_sessions") or 0),
             "metadata": json.loads(row["metadata"]) if row["metadata"] else {},
             "tenant": None if tenant is None else TenantIdentity.model_validate_json(tenant),
         }

@@ -38,7 +38,7 @@ from reactq.shared.state.text import MARK, dec, dump_extra, dump_parts, enc, loa
 
 __all__ = ["MARK", "dec", "enc"]  # re-exported: the encoding lives in shared.state.text
 
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 """The Alembic revision these tables correspond to."""
 
 metadata = MetaData()
@@ -182,6 +182,8 @@ schedules = Table(
     Column("metadata", Text, nullable=True),
     # The identity of the key that added it, JSON text (NULL: none).
     Column("tenant", Text, nullable=True),
+    # 1: each tick's turn in a new session, ``{session_id}-{tick}``.
+    Column("fresh_sessions", Integer, nullable=False, server_default="0"),
 )
 
 # The long-term store (``shared/state/document_store.py``): a namespace is stored dotted;
