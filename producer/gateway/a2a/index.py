@@ -7,6 +7,9 @@ The pool keeps no list of its turns by caller, so the surface keeps its own, tri
 from __future__ import annotations
 
 import time
+from typing import cast
+
+from a2a.utils.errors import InvalidParamsError
 
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
@@ -43,12 +46,12 @@ class TaskIndex:
             try:
                 top = f"({float(cursor)!r}"
             except ValueError:
-                from a2a.utils.errors import InvalidParamsError
-
                 raise InvalidParamsError("pageToken is not one this server gave") from None
         found = await self.redis.zrevrangebyscore(
             self._key(scope), top, "-inf", start=0, num=size, withscores=True
         )
-        ids = [m.decode() if isinstance(m, bytes) else str(m) for m, _ in found]
-        following = repr(found[-1][1]) if len(found) == size else None
+        # withscores=True: (member, score) pairs, whatever redis-py's overloads say.
+        pairs = cast(list[tuple[bytes | str, float]], found)
+        ids = [m.decode() if isinstance(m, bytes) else str(m) for m, _ in pairs]
+        following = repr(pairs[-1][1]) if len(pairs) == size else None
         return ids, following
