@@ -226,3 +226,8 @@ class Keys:
             "event_exchange": self.celery_events,
             "event_queue_prefix": self.celery_events,
         }
+
+    def a2a_tasks(self, tenant: str) -> str:
+        """A sorted set: the turns the gateway's A2A surface started for a tenant (its
+        session prefix; ``""`` without one), by submit time, for ``ListTasks``."""
+        return f"{self.namespace}:a2a:tasks:{tenant}"

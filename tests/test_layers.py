@@ -24,6 +24,7 @@ EXTRAS = {
     "opentelemetry",
     "mcp",
     "mcp_types",
+    "a2a",
     "PIL",
     "uvicorn",
     "fastapi",
