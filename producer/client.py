@@ -12,10 +12,11 @@ imports ``worker``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from reactq.producer import schedules, sessions
+from reactq.producer import schedules, sessions, stateless
 from reactq.producer.approvals import ApprovalsMixin
 from reactq.producer.handles import TurnHandle
 from reactq.producer.history import HistoryMixin
@@ -33,6 +34,7 @@ from reactq.shared.errors import (
 )
 from reactq.shared.events import Event, QueuedEvent
 from reactq.shared.file_undo import UndoError, UndoReport, discard_turn_files, revert_turn
+from reactq.shared.messages import ChatMessage
 from reactq.shared.netcheck import AllowList
 from reactq.shared.protocol import endings
 from reactq.shared.protocol.control import CancelMode, notify_cancel
@@ -411,3 +413,34 @@ class Producer(ApprovalsMixin, HistoryMixin):
         calls it waits on: from its Redis stream while that lives, then from the state
         store (its committed record and its audit log); None if neither knows it."""
         return await find_turn(self, turn_id)
+
+    def stateless(
+        self,
+        message: str | Sequence[str | ContentPart | Mapping[str, Any]],
+        *,
+        agent: str,
+        history: Sequence[ChatMessage] = (),
+        metadata: dict[str, Any] | None = None,
+        context: dict[str, Any] | None = None,
+        overrides: dict[str, Any] | None = None,
+        tenant: TenantIdentity | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[TurnHandle]:
+        """A stateless run: ``message`` to ``agent`` after ``history`` (the conversation
+        the caller holds), with nothing kept once it ends::
+
+            async with producer.stateless("and in Rome?", agent="weather", history=msgs) as h:
+                final = await h.result()
+
+        The turn runs in a throwaway session (``stateless.stateless_session_id``), as any
+        turn does, which is deleted on exit (the turn cancelled first if it has not
+        ended). Raises what ``submit`` raises."""
+        return stateless.stateless_turn(
+            self,
+            message,
+            agent=agent,
+            history=history,
+            metadata=metadata,
+            context=context,
+            overrides=overrides,
+            tenant=tenant,
+        )
