@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI
 
 from reactq.producer.gateway.deps import GUARDS
 from reactq.producer.gateway.errors import error_shapes
-from reactq.producer.gateway.openai_api import chat, models
+from reactq.producer.gateway.openai_api import chat, models, responses
 from reactq.producer.gateway.openai_api.common import OPENAI_ERRORS, openai_error
 
 __all__ = ["PREFIXES", "ROUTERS", "install", "lifespan"]
@@ -22,7 +22,7 @@ PREFIXES: tuple[str, ...] = ("/v1/responses", "/v1/chat/completions", "/v1/model
 """Its paths (under ``/v1``, so behind the API key already); every error under them
 is worded as OpenAI's (``common.openai_error``)."""
 
-ROUTERS: list[APIRouter] = [models.router, chat.router]
+ROUTERS: list[APIRouter] = [models.router, chat.router, responses.router]
 """Its routers, mounted under ``/v1``."""
 
 
