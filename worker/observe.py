@@ -122,8 +122,12 @@ class ObservingHooks(Hooks):
 
     async def on_llm_start(self, *, iteration: int, messages: list[dict[str, Any]]) -> None:
         if self.observer.tracer is not None:
+            from opentelemetry.trace import SpanKind
+
+            # A model call leaves the process: CLIENT, as the GenAI conventions say.
             self._llm[id(asyncio.current_task())] = self.observer.tracer.start_span(
                 f"chat {self.model}",
+                kind=SpanKind.CLIENT,
                 attributes={
                     "gen_ai.operation.name": "chat",
                     "gen_ai.provider.name": "openai",
