@@ -122,13 +122,15 @@ def test_a_failed_turn_is_run_error(gateway: Gateway) -> None:
 def test_bad_input_is_a_422_not_a_500(gateway: Gateway) -> None:
     with gateway.client() as http:
         assert http.post("/ag-ui/helper", json={"threadId": "x"}).status_code == 422
-        no_user = {**run_input("x"), "messages": []}
-        reply = http.post("/ag-ui/helper", json=no_user)
-        assert reply.status_code == 422
-        assert "user message" in reply.text
         assert (
             http.post(
                 "/ag-ui/helper", json=run_input("x"), headers={"Authorization": ""}
             ).status_code
             == 401
         )
+
+
+def test_a_run_without_a_user_message_is_run_error(gateway: Gateway) -> None:
+    events = run(gateway, {**run_input("x"), "messages": []})
+    assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+    assert "user message" in events[-1].message

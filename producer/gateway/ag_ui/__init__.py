@@ -148,9 +148,14 @@ async def _stream(
     yield encoder.encode(RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id))
     session_id = _session(scope, run.thread_id)
     try:
+        text = _turn_text(run)
+    except HTTPException as exc:  # a schema-valid run with no user message: in-stream
+        yield encoder.encode(RunErrorEvent(message=str(exc.detail), code="invalid_run"))
+        return
+    try:
         handle = await gateway.producer.submit(
             session_id,
-            _turn_text(run),
+            text,
             agent=agent,
             strategy=MultitaskStrategy.ENQUEUE,
             metadata={"via": "ag-ui", "ag_ui_run_id": run.run_id},
@@ -191,7 +196,6 @@ async def run_agent(
     stream its events as AG-UI events (``text/event-stream``)."""
     if scope is not None and scope.read_only:
         raise HTTPException(403, f"the API key {scope.name!r} is read-only: it cannot run turns")
-    _turn_text(run)  # a run without a user message is a 422 before the stream opens
     if not await session_visible(gateway, scope, _session(scope, run.thread_id)):
         raise HTTPException(404, f"no thread {run.thread_id!r}")
     return StreamingResponse(
