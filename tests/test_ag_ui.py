@@ -1,0 +1,136 @@
+"""Issue 33 item 3: the gateway's AG-UI endpoint (``POST /ag-ui/{agent}``) against a real
+pool (`reactq serve`, real workers, the scripted model); every SSE event parsed with
+``ag-ui-protocol``'s models."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ag_ui.core import Event, EventType
+from pydantic import TypeAdapter
+
+from reactq.worker.agent.llm.replies import Reply
+from tests.gateway_support import Gateway, start_gateway
+from tests.helpers import last_user_text, running_pool
+
+pytestmark = pytest.mark.e2e
+
+KEY = "agui-key"
+EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def pool_model(request: Mapping[str, Any]) -> Reply:
+    """``fail`` gets a 400; a user message calls ``lookup``, whose result is answered."""
+    text = last_user_text(request)
+    if "fail" in text:
+        return Reply.error(400, "the scripted model refuses")
+    last = request["messages"][-1]
+    if last["role"] == "user":
+        return Reply.tool_calls([("lookup", {"key": text})])
+    return Reply.text(f"answer to: {text} tool said: {last['content']}")
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    redis_url: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("ag-ui")
+    with running_pool(
+        redis_url,
+        f"{namespace}-agui",
+        tmp,
+        pool_model,
+        agents="tests.mcp_servers.gateway_agents:agents",
+    ) as env:
+        gw = start_gateway({**env, "REACTQ_API_KEYS": KEY}, Path(tmp), KEY)
+        try:
+            yield gw
+        finally:
+            gw.stop()
+
+
+def run_input(text: str, thread: str | None = None) -> dict[str, Any]:
+    return {
+        "threadId": thread or f"agui-{uuid.uuid4().hex}",
+        "runId": f"run-{uuid.uuid4().hex}",
+        "messages": [{"id": "m1", "role": "user", "content": text}],
+        "tools": [],
+        "state": {},
+        "context": [],
+        "forwardedProps": {},
+    }
+
+
+def run(gateway: Gateway, body: dict[str, Any]) -> list[Any]:
+    """POST the run and parse every SSE event with AG-UI's models, checking the run's
+    frame: RUN_STARTED first, exactly one RUN_FINISHED / RUN_ERROR, last."""
+    with gateway.client(timeout=60) as http:
+        reply = http.post("/ag-ui/helper", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    events = [
+        EVENTS.validate_python(json.loads(chunk.removeprefix("data: ")))
+        for chunk in reply.text.split("\n\n")
+        if chunk.strip()
+    ]
+    assert events[0].type is EventType.RUN_STARTED
+    assert events[0].thread_id == body["threadId"]
+    ends = [e for e in events if e.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)]
+    assert ends == [events[-1]]
+    open_ids: set[str] = set()
+    for event in events:
+        if event.type is EventType.TEXT_MESSAGE_START:
+            open_ids.add(event.message_id)
+        elif event.type is EventType.TEXT_MESSAGE_CONTENT:
+            assert event.message_id in open_ids
+        elif event.type is EventType.TEXT_MESSAGE_END:
+            open_ids.remove(event.message_id)
+    assert not open_ids
+    return events
+
+
+def test_a_turn_streams_tool_call_and_text_events(gateway: Gateway) -> None:
+    events = run(gateway, run_input("weather"))
+    kinds = [e.type for e in events]
+    assert kinds[-1] is EventType.RUN_FINISHED
+    start = next(e for e in events if e.type is EventType.TOOL_CALL_START)
+    assert start.tool_call_name == "lookup"
+    args = "".join(
+        e.delta
+        for e in events
+        if e.type is EventType.TOOL_CALL_ARGS and e.tool_call_id == start.tool_call_id
+    )
+    assert json.loads(args) == {"key": "weather"}
+    assert kinds.index(EventType.TOOL_CALL_END) < kinds.index(EventType.TOOL_CALL_RESULT)
+    result = next(e for e in events if e.type is EventType.TOOL_CALL_RESULT)
+    assert result.tool_call_id == start.tool_call_id
+    text = "".join(e.delta for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT)
+    assert text.startswith("answer to: weather")
+
+
+def test_a_failed_turn_is_run_error(gateway: Gateway) -> None:
+    events = run(gateway, run_input("please fail"))
+    assert events[-1].type is EventType.RUN_ERROR
+    assert events[-1].message
+
+
+def test_bad_input_is_a_422_not_a_500(gateway: Gateway) -> None:
+    with gateway.client() as http:
+        assert http.post("/ag-ui/helper", json={"threadId": "x"}).status_code == 422
+        assert (
+            http.post(
+                "/ag-ui/helper", json=run_input("x"), headers={"Authorization": ""}
+            ).status_code
+            == 401
+        )
+
+
+def test_a_run_without_a_user_message_is_run_error(gateway: Gateway) -> None:
+    events = run(gateway, {**run_input("x"), "messages": []})
+    assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+    assert "user message" in events[-1].message
