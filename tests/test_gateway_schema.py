@@ -39,6 +39,9 @@ REFUSALS = {
         "413": "REACTQ_MAX_MESSAGE_BYTES",
     },
     "GET /v1/store/{namespace}": {"422": "A cursor no search handed out"},
+    # Blank input, input items of a type it does not run, and (not served yet) stream.
+    "POST /v1/responses": {"400": "Invalid input"},
+    "POST /ag-ui/{agent}": {"422": "AG-UI's own input schema"},
 }
 # Schemathesis's own default for positive_data_acceptance.
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]

@@ -25,12 +25,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from reactq.producer.gateway.deps import GUARDS
 from reactq.producer.gateway.errors import ERROR_RESPONSES, error_shapes
 from reactq.producer.gateway.models import ErrorBody
 
-__all__ = ["PATH", "PREFIXES", "available", "install", "lifespan"]
+__all__ = [
+    "A2A_ERRORS",
+    "PATH",
+    "PREFIXES",
+    "JsonRpcError",
+    "JsonRpcErrorBody",
+    "available",
+    "install",
+    "lifespan",
+]
 
 PATH = "/a2a"
 """Where the agents answer: ``/a2a/{agent}``."""
@@ -42,6 +52,35 @@ PREFIXES: tuple[str, ...] = (PATH, "/.well-known/agent-card.json")
 # that may not reach it): the request was not one this server takes.
 _INVALID_REQUEST = -32600
 _INTERNAL_ERROR = -32603
+
+
+class JsonRpcError(BaseModel):
+    """A JSON-RPC error object."""
+
+    code: int
+    """Its JSON-RPC code: -32600 for a request this server refuses, -32603 its failure."""
+    message: str
+    """What went wrong."""
+    data: dict[str, Any] | None = None
+    """``{"reason": ...}``: reactq's error code."""
+
+
+class JsonRpcErrorBody(BaseModel):
+    """A JSON-RPC error response: how the gateway's own refusals read under ``/a2a``."""
+
+    jsonrpc: str = "2.0"
+    """Always "2.0"."""
+    id: str | int | None = None
+    """The request's id (None: the refusal came before it was read)."""
+    error: JsonRpcError
+    """The error."""
+
+
+A2A_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": JsonRpcErrorBody, "description": answer["description"]}
+    for status, answer in ERROR_RESPONSES.items()
+}
+"""The error responses of the A2A routes, for the OpenAPI document."""
 
 
 def available() -> bool:
@@ -66,7 +105,7 @@ def install(app: FastAPI) -> None:
         return
     from reactq.producer.gateway.a2a.endpoint import router
 
-    app.include_router(router, dependencies=GUARDS, responses=ERROR_RESPONSES)
+    app.include_router(router, dependencies=GUARDS, responses=A2A_ERRORS)
     error_shapes(app)[PATH] = _error_shape
 
 

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 
 from reactq.producer.gateway.a2a.cards import card_of
 from reactq.producer.gateway.a2a.handler import CallerState, ReactqRequestHandler
-from reactq.producer.gateway.errors import GatewayError
+from reactq.producer.gateway.errors import ERROR_RESPONSES, GatewayError
 from reactq.producer.gateway.mcp_server.tools import visible_agents
 from reactq.producer.gateway.scopes import listing, scope_of, touches
 from reactq.producer.gateway.service import Gateway, gateway_of
@@ -76,7 +76,7 @@ async def a2a_agent_card(agent: str, request: Request) -> JSONResponse:
     return JSONResponse(agent_card_to_dict(card))
 
 
-@router.get(CARD_PATH, dependencies=[listing()])
+@router.get(CARD_PATH, dependencies=[listing()], responses=ERROR_RESPONSES)
 async def a2a_pool_card(request: Request) -> JSONResponse:
     """The pool's A2A card: every agent the key may run as a skill, and each one's
     JSON-RPC interface (its own card is under ``/a2a/{agent}``)."""

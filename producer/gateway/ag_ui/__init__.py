@@ -35,7 +35,9 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 
-from reactq.producer.gateway.deps import GUARDS, GatewayDep, ScopeDep
+from reactq.producer.gateway.deps import GUARDS, AgentName, GatewayDep, ScopeDep
+from reactq.producer.gateway.errors import ERROR_RESPONSES
+from reactq.producer.gateway.models import ErrorBody
 from reactq.producer.gateway.scopes import session_visible, touches
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
@@ -49,7 +51,7 @@ from reactq.shared.events import (
     TodosEvent,
 )
 from reactq.shared.events import BaseEvent as ReactqEvent
-from reactq.shared.turns import MultitaskStrategy, TurnStatus
+from reactq.shared.turns import SESSION_ID_RE, MultitaskStrategy, TurnStatus
 
 __all__ = ["PREFIXES", "install", "lifespan", "router"]
 
@@ -132,7 +134,8 @@ class _Mapper:
             ]
         if isinstance(event, TodosEvent):
             return [StateSnapshotEvent(snapshot={"todos": event.items})]
-        return [CustomEvent(name=f"reactq.{event.type}", value=event.model_dump(mode="json"))]
+        dumped = event.model_dump(mode="json")
+        return [CustomEvent(name=f"reactq.{dumped['type']}", value=dumped)]
 
 
 def _json(value: object) -> str:
@@ -183,19 +186,39 @@ async def _stream(
     yield encoder.encode(RunErrorEvent(message="the turn's events ended before its final"))
 
 
+async def _refused(run: RunAgentInput, why: str) -> AsyncIterator[str]:
+    encoder = EventEncoder()
+    yield encoder.encode(RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id))
+    yield encoder.encode(RunErrorEvent(message=why, code="invalid_session_id"))
+
+
 @router.post(
     "/ag-ui/{agent}",
     dependencies=[touches(agent="path.agent")],
     summary="Run a turn as an AG-UI run",
     response_class=StreamingResponse,
+    responses={
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid input, including what AG-UI's own input schema refuses "
+            "beyond this document's rules (a message whose ``role`` names no AG-UI message "
+            "type); ``field`` and ``errors`` say which and why",
+        }
+    },
 )
 async def run_agent(
-    agent: str, run: RunAgentInput, gateway: GatewayDep, scope: ScopeDep
+    agent: AgentName, run: RunAgentInput, gateway: GatewayDep, scope: ScopeDep
 ) -> StreamingResponse:
     """Run the last user message as a turn of ``agent`` in the session ``threadId`` and
     stream its events as AG-UI events (``text/event-stream``)."""
     if scope is not None and scope.read_only:
         raise HTTPException(403, f"the API key {scope.name!r} is read-only: it cannot run turns")
+    if not SESSION_ID_RE.fullmatch(_session(scope, run.thread_id)):
+        # A thread id reactq cannot name a session with: the run's own error, in-stream.
+        return StreamingResponse(
+            _refused(run, "threadId must be 1-128 characters from [A-Za-z0-9._:-]"),
+            media_type=EventEncoder().get_content_type(),
+        )
     if not await session_visible(gateway, scope, _session(scope, run.thread_id)):
         raise HTTPException(404, f"no thread {run.thread_id!r}")
     return StreamingResponse(
@@ -205,7 +228,7 @@ async def run_agent(
 
 def install(app: FastAPI) -> None:
     """Add its routes to ``app`` behind the key."""
-    app.include_router(router, dependencies=GUARDS)
+    app.include_router(router, dependencies=GUARDS, responses=ERROR_RESPONSES)
 
 
 @contextlib.asynccontextmanager
