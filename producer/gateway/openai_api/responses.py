@@ -7,29 +7,48 @@ POST /v1/responses/{id}/cancel       cancel a queued or running one
 A response is a turn: its id is ``resp_<turn id>``, and ``previous_response_id``
 continues that turn's session (a new response without it starts a new session, the
 tenant's for a key with a prefix). Bodies are built with the ``openai`` SDK's own
-``Response`` model. Not served yet: streaming, approvals as ``mcp_approval_request``
-items, ``conversation`` (docs/guide/openai-clients.md).
+``Response`` model, streamed as the API's semantic events (``items``), each checked by
+the SDK's own event models. A call waiting for a person is an ``mcp_approval_request``
+item; ``mcp_approval_response`` input with ``previous_response_id`` decides it, and the
+same response goes on. ``conversation`` names a session to run in. What is served:
+docs/guide/openai-clients.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse, StreamingResponse
 from openai.types.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.producer.gateway.deps import GatewayDep, ScopeDep
+from reactq.producer.gateway.deps import CallerDep, GatewayDep, ScopeDep
 from reactq.producer.gateway.errors import GatewayError
 from reactq.producer.gateway.openai_api.common import agent_of_model, model_id
-from reactq.producer.gateway.scopes import listing
+from reactq.producer.gateway.openai_api.items import (
+    StreamTranslator,
+    approval_items,
+    call_id_of_approval,
+    history_items,
+)
+from reactq.producer.gateway.scopes import listing, session_visible
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
 from reactq.producer.turn_lookup import TurnInfo
-from reactq.shared.turns import TurnStatus
+from reactq.shared.errors import (
+    ApprovalClosedError,
+    ApprovalError,
+    ApprovalNotFoundError,
+    DecisionConflictError,
+)
+from reactq.shared.events import ApprovalDecidedEvent, ApprovalRequestedEvent, Event, FinalEvent
+from reactq.shared.turns import SESSION_ID_RE, TurnStatus
 
 __all__ = ["ResponseCreate", "router"]
 
@@ -59,6 +78,12 @@ _STATUS: dict[
 }
 
 
+class _ConversationRef(BaseModel):
+    """``{"id": ...}``: a conversation named by its id."""
+
+    id: str
+
+
 class ResponseCreate(BaseModel):
     """The body of ``POST /v1/responses`` (the fields reactq serves)."""
 
@@ -72,6 +97,10 @@ class ResponseCreate(BaseModel):
     """Kept on the response; the agent's own system prompt still applies."""
     previous_response_id: str | None = None
     """Continue that response's session."""
+    conversation: str | _ConversationRef | None = None
+    """A session to run the turn in (its id, or ``{"id": ...}``): each response with it
+    continues it, the tenant's for a key with a prefix. Not with
+    ``previous_response_id``."""
     store: bool | None = True
     background: bool | None = False
     """True: answer at once with the queued response; poll it with ``GET``."""
@@ -83,16 +112,29 @@ def _bad(message: str, field: str) -> GatewayError:
     return GatewayError(message, status=422, error_code="invalid_request", field=f"body.{field}")
 
 
-def _text_of(value: str | list[dict[str, Any]]) -> str:
-    """The turn's message: the text, or the user ``message`` items' text joined."""
+def _input_of(value: str | list[dict[str, Any]]) -> tuple[str, dict[str, bool | str]]:
+    """The turn's message (the text, or the user ``message`` items' text joined) and
+    the decisions of ``mcp_approval_response`` items (``{call_id: True | reason}``)."""
     if isinstance(value, str):
         if not value.strip():
             raise _bad("input is empty", "input")
-        return value
+        return value, {}
     parts: list[str] = []
+    decisions: dict[str, bool | str] = {}
     for item in value:
-        if item.get("type", "message") != "message":
-            raise _bad(f"input items of type {item.get('type')!r} are not supported", "input")
+        kind = item.get("type", "message")
+        if kind == "mcp_approval_response":
+            request_id = item.get("approval_request_id")
+            if not isinstance(request_id, str) or not isinstance(item.get("approve"), bool):
+                raise _bad(
+                    "an mcp_approval_response wants approval_request_id and approve", "input"
+                )
+            reason = item.get("reason")
+            denied: bool | str = reason if isinstance(reason, str) and reason else False
+            decisions[call_id_of_approval(request_id)] = True if item["approve"] else denied
+            continue
+        if kind != "message":
+            raise _bad(f"input items of type {kind!r} are not supported", "input")
         content = item.get("content")
         if isinstance(content, str):
             parts.append(content)
@@ -101,9 +143,33 @@ def _text_of(value: str | list[dict[str, Any]]) -> str:
         else:
             raise _bad("a message item wants content", "input")
     text = "\n".join(p for p in parts if p)
-    if not text.strip():
+    if decisions and text.strip():
+        raise _bad(
+            "mcp_approval_response items continue the response that waits: send new text "
+            "in the next request",
+            "input",
+        )
+    if not decisions and not text.strip():
         raise _bad("input has no text", "input")
-    return text
+    return text, decisions
+
+
+def _conversation(body: ResponseCreate, scope: KeyScope | None) -> str | None:
+    """The session ``conversation`` names (within the key's tenant), or None."""
+    if body.conversation is None:
+        return None
+    if body.previous_response_id is not None:
+        raise _bad("conversation cannot be used with previous_response_id", "conversation")
+    name = body.conversation if isinstance(body.conversation, str) else body.conversation.id
+    prefix = scope.prefix if scope is not None and scope.prefix else ""
+    session_id = name if name.startswith(prefix) else prefix + name
+    if not SESSION_ID_RE.fullmatch(session_id):
+        raise _bad("conversation must be 1-128 characters from [A-Za-z0-9._:-]", "conversation")
+    return session_id
+
+
+def _conversation_out(session_id: Any) -> dict[str, str] | None:
+    return {"id": session_id} if isinstance(session_id, str) else None
 
 
 def _not_found(response_id: str) -> GatewayError:
@@ -129,88 +195,217 @@ async def _lookup(gateway: Gateway, response_id: str, scope: KeyScope | None) ->
     return info
 
 
-def _response(info: TurnInfo) -> Response:
-    """The turn as the SDK's ``Response``."""
+def _usage(usage: dict[str, int]) -> dict[str, Any] | None:
+    if not usage:
+        return None
+    prompt = int(usage.get("prompt_tokens", usage.get("input_tokens", 0)))
+    completion = int(usage.get("completion_tokens", usage.get("output_tokens", 0)))
+    return {
+        "input_tokens": prompt,
+        "output_tokens": completion,
+        "total_tokens": prompt + completion,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def _body(
+    turn_id: str,
+    ours: dict[str, Any],
+    status: str,
+    output: list[dict[str, Any]],
+    created_at: float,
+    usage: dict[str, int] | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """A Response's fields, checked by the SDK's ``Response``."""
+    body = {
+        "id": _ID_PREFIX + turn_id,
+        "object": "response",
+        "created_at": created_at,
+        "model": model_id(str(ours.get("agent"))),
+        "status": status,
+        "output": output,
+        "instructions": ours.get("instructions"),
+        "previous_response_id": ours.get("previous_response_id"),
+        "metadata": ours.get("metadata") or {},
+        "conversation": _conversation_out(ours.get("conversation")),
+        "background": bool(ours.get("background")),
+        "store": ours.get("store", True),
+        "error": None if error is None else {"code": "server_error", "message": error},
+        "usage": _usage(usage or {}),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+    return Response.model_validate(body).model_dump(mode="json", exclude_unset=True)
+
+
+async def _response(gateway: Gateway, info: TurnInfo) -> dict[str, Any]:
+    """The turn as a Response: a finished one's items from its session's history, a
+    waiting one's approval requests."""
     ours: dict[str, Any] = info.metadata.get(_KEY, {})
     status = _STATUS.get(info.status, "in_progress")
-    output: list[dict[str, Any]] = []
     text = info.final.text if info.final is not None else info.final_text
-    if info.final is not None and status in ("completed", "incomplete") and text:
-        output.append(
-            {
-                "type": "message",
-                "id": f"msg_{info.turn_id}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
-            }
-        )
-    error = None
-    if status == "failed":
-        code = "server_error"
-        error = {"code": code, "message": text or info.status.value}
-    usage = None
-    if info.usage:
-        prompt = int(info.usage.get("prompt_tokens", info.usage.get("input_tokens", 0)))
-        completion = int(info.usage.get("completion_tokens", info.usage.get("output_tokens", 0)))
-        usage = {
-            "input_tokens": prompt,
-            "output_tokens": completion,
-            "total_tokens": prompt + completion,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        }
-    return Response.model_validate(
-        {
-            "id": _ID_PREFIX + info.turn_id,
-            "object": "response",
-            "created_at": info.submitted_at or time.time(),
-            "model": model_id(str(ours.get("agent"))),
-            "status": status,
-            "output": output,
-            "instructions": ours.get("instructions"),
-            "previous_response_id": ours.get("previous_response_id"),
-            "metadata": ours.get("metadata") or {},
-            "background": bool(ours.get("background")),
-            "store": ours.get("store", True),
-            "error": error,
-            "usage": usage,
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        }
-    )
+    output: list[dict[str, Any]] = []
+    if info.status is TurnStatus.AWAITING_APPROVAL:
+        output = approval_items([p.model_dump() | {"tool": p.tool} for p in info.pending_approvals])
+    elif info.status.is_final and status != "cancelled":
+        history = await gateway.producer.history(info.session_id)
+        output = history_items(info.turn_id, history, text if status != "failed" else None)
+    error = (text or info.status.value) if status == "failed" else None
+    created = info.submitted_at or time.time()
+    return _body(info.turn_id, ours, status, output, created, info.usage, error)
 
 
-async def _wait(gateway: Gateway, turn_id: str) -> TurnInfo:
-    """Poll the turn until it ends or waits for a person."""
+async def _wait(gateway: Gateway, turn_id: str, decided: frozenset[str] = frozenset()) -> TurnInfo:
+    """Poll the turn until it ends or waits for a person (on calls other than the
+    ``decided`` ones: a turn just decided waits on them until a worker resumes it)."""
     deadline = time.monotonic() + _WAIT_S
     while True:
         info = await gateway.producer.turn_info(turn_id)
         if info is not None and (info.final is not None or info.status.is_final):
             return info
         if info is not None and info.status is TurnStatus.AWAITING_APPROVAL:
-            return info
+            waiting = {p.call_id for p in info.pending_approvals}
+            if waiting and not decided & waiting:
+                return info
         if time.monotonic() > deadline and info is not None:
             return info
         await asyncio.sleep(_POLL_S)
 
 
-@router.post("/responses", dependencies=[listing()], summary="Create a response (run a turn)")
-async def create_response(body: ResponseCreate, gateway: GatewayDep, scope: ScopeDep) -> Response:
-    """Run one turn of the agent ``model`` names; its answer as a Response."""
-    if body.stream:
-        raise GatewayError(
-            "stream is not supported by this server yet",
-            status=422,
-            error_code="not_supported",
-            field="body.stream",
-        )
+def _sse(event: dict[str, Any]) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+
+
+_ENDED = {"completed": "response.completed", "failed": "response.failed"}
+
+
+async def _streamed(
+    turn_id: str, ours: dict[str, Any], events: AsyncIterator[Event]
+) -> AsyncIterator[bytes]:
+    """The turn's events as the Responses API's streaming events, from
+    ``response.created`` to ``response.completed`` (``.failed``, ``.incomplete``: a turn
+    that did not answer, or waits for a person)."""
+    stream = StreamTranslator(turn_id)
+    created = time.time()
+    snapshot = _body(turn_id, ours, "in_progress", [], created)
+    yield _sse(stream.event("response.created", response=snapshot))
+    yield _sse(stream.event("response.in_progress", response=snapshot))
+    final: FinalEvent | None = None
+    parked = False
+    async for event in events:
+        for out in stream.feed(event):
+            yield _sse(out)
+        if isinstance(event, FinalEvent):
+            final = event
+            break
+        if isinstance(event, ApprovalRequestedEvent):
+            parked = True
+            break
+    if final is None and not parked:
+        yield _sse(stream.event("error", message="the turn's events ended before its final"))
+        return
+    if final is None:
+        status, usage, error = "incomplete", None, None
+        tail = stream.close()
+    else:
+        status = _STATUS.get(final.status, "failed")
+        usage = final.usage
+        error = (final.text or final.status.value) if status == "failed" else None
+        tail = stream.answer(final.text) if status != "failed" else stream.close()
+    for out in tail:
+        yield _sse(out)
+    body = _body(turn_id, ours, status, stream.items, created, usage, error)
+    yield _sse(stream.event(_ENDED.get(status, "response.incomplete"), response=body))
+
+
+async def _after_decisions(
+    gateway: Gateway, info: TurnInfo, call_ids: set[str]
+) -> AsyncIterator[Event]:
+    """A resumed turn's events after the decisions on ``call_ids``."""
+    decided = False
+    async for event in gateway.producer.subscribe(info.session_id, after="0"):
+        if event.turn_id != info.turn_id:
+            continue
+        if decided:
+            yield event
+        elif isinstance(event, ApprovalDecidedEvent) and event.call_id in call_ids:
+            decided = True
+        if isinstance(event, FinalEvent):
+            return
+
+
+def _stream_response(chunks: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
+
+
+async def _decide(
+    gateway: Gateway, info: TurnInfo, decisions: dict[str, bool | str], by: str
+) -> None:
+    error: ApprovalError
+    try:
+        await gateway.producer.decide(info.turn_id, decisions, by=by)
+    except ApprovalNotFoundError as exc:
+        status, error = 404, exc
+    except (ApprovalClosedError, DecisionConflictError) as exc:
+        status, error = 409, exc
+    else:
+        return
+    raise GatewayError(error.message, status=status, error_code=error.code, field="body.input")
+
+
+_CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": Response,
+        "description": "The response; with ``stream``, the Responses API's streaming "
+        "events (text/event-stream), each with its ``sequence_number``",
+        "content": {"text/event-stream": {}},
+    }
+}
+
+
+@router.post(
+    "/responses",
+    dependencies=[listing()],
+    responses=_CREATE_RESPONSES,
+    response_class=JSONResponse,
+    summary="Create a response (run a turn)",
+)
+async def create_response(
+    body: ResponseCreate, gateway: GatewayDep, scope: ScopeDep, caller: CallerDep
+) -> Any:
+    """Run one turn of the agent ``model`` names; its answer as a Response (streamed
+    with ``stream``). ``mcp_approval_response`` input items decide the calls the
+    ``previous_response_id`` response waits for, and it goes on."""
     agent = await agent_of_model(gateway, body.model, scope)
-    message = _text_of(body.input)
+    message, decisions = _input_of(body.input)
+    previous = None
     if body.previous_response_id is not None:
         previous = await _lookup(gateway, body.previous_response_id, scope)
+    if decisions:
+        if previous is None:
+            raise _bad(
+                "mcp_approval_response items answer a response's approval requests: "
+                "send its id as previous_response_id",
+                "previous_response_id",
+            )
+        return await _resume(gateway, body, previous, decisions, caller or "gateway")
+    conversation = _conversation(body, scope)
+    if previous is not None:
         session_id = previous.session_id
+    elif conversation is not None:
+        session_id = conversation
+        if not await session_visible(gateway, scope, session_id):
+            raise GatewayError(
+                f"No conversation found with id {body.conversation!r}",
+                status=404,
+                error_code="conversation_not_found",
+                field="body.conversation",
+            )
     else:
         prefix = scope.prefix if scope is not None else None
         session_id = f"{prefix or ''}resp-{uuid.uuid4()}"
@@ -218,6 +413,7 @@ async def create_response(body: ResponseCreate, gateway: GatewayDep, scope: Scop
         "agent": agent,
         "instructions": body.instructions,
         "previous_response_id": body.previous_response_id,
+        "conversation": session_id if conversation is not None else None,
         "metadata": body.metadata,
         "background": bool(body.background),
         "store": body.store is not False,
@@ -229,13 +425,34 @@ async def create_response(body: ResponseCreate, gateway: GatewayDep, scope: Scop
         metadata={**(body.metadata or {}), _KEY: ours},
         tenant=scope,
     )
+    if body.stream:
+        return _stream_response(_streamed(handle.turn_id, ours, handle.events()))
     if body.background:
-        info = await gateway.producer.turn_info(handle.turn_id)
+        queued = await gateway.producer.turn_info(handle.turn_id)
+        if queued is None:
+            raise _not_found(_ID_PREFIX + handle.turn_id)
+        return await _response(gateway, queued)
+    return await _response(gateway, await _wait(gateway, handle.turn_id))
+
+
+async def _resume(
+    gateway: Gateway,
+    body: ResponseCreate,
+    previous: TurnInfo,
+    decisions: dict[str, bool | str],
+    by: str,
+) -> Any:
+    """Decide the calls ``previous`` waits for; the same response as it goes on."""
+    await _decide(gateway, previous, decisions, by)
+    ours = previous.metadata.get(_KEY, {})
+    if body.stream:
+        events = _after_decisions(gateway, previous, set(decisions))
+        return _stream_response(_streamed(previous.turn_id, ours, events))
+    if body.background:
+        now = await gateway.producer.turn_info(previous.turn_id) or previous
     else:
-        info = await _wait(gateway, handle.turn_id)
-    if info is None:
-        raise _not_found(_ID_PREFIX + handle.turn_id)
-    return _response(info)
+        now = await _wait(gateway, previous.turn_id, frozenset(decisions))
+    return await _response(gateway, now)
 
 
 @router.get(
@@ -243,9 +460,11 @@ async def create_response(body: ResponseCreate, gateway: GatewayDep, scope: Scop
     dependencies=[listing(inner=("response_id",))],
     summary="Retrieve a response",
 )
-async def retrieve_response(response_id: str, gateway: GatewayDep, scope: ScopeDep) -> Response:
+async def retrieve_response(
+    response_id: str, gateway: GatewayDep, scope: ScopeDep
+) -> dict[str, Any]:
     """The response's turn as it stands (poll a background one until it ends)."""
-    return _response(await _lookup(gateway, response_id, scope))
+    return await _response(gateway, await _lookup(gateway, response_id, scope))
 
 
 @router.post(
@@ -253,11 +472,11 @@ async def retrieve_response(response_id: str, gateway: GatewayDep, scope: ScopeD
     dependencies=[listing(inner=("response_id",))],
     summary="Cancel a response",
 )
-async def cancel_response(response_id: str, gateway: GatewayDep, scope: ScopeDep) -> Response:
+async def cancel_response(response_id: str, gateway: GatewayDep, scope: ScopeDep) -> dict[str, Any]:
     """Cancel the response's turn (a queued one at once, a running one at its next step)."""
     info = await _lookup(gateway, response_id, scope)
     await gateway.producer.cancel(info.turn_id)
-    return _response(await _wait_cancel(gateway, info.turn_id))
+    return await _response(gateway, await _wait_cancel(gateway, info.turn_id))
 
 
 async def _wait_cancel(gateway: Gateway, turn_id: str) -> TurnInfo:
