@@ -1,12 +1,15 @@
 """``ApprovalsMixin``: the ``Producer``'s decisions on the tool calls that wait for one.
 
 ``approve``, ``deny`` and ``decide`` record decisions (all or none) and publish them;
-the turn resumes on a free worker once each of its waiting calls has one.
+``complete_tool`` gives a waiting call's result (a client tool's) in place of running
+it. The turn resumes on a free worker once each of its waiting calls has one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 from reactq.producer.base import ProducerBase
 from reactq.shared.errors import ApprovalNotFoundError
@@ -79,6 +82,27 @@ class ApprovalsMixin(ProducerBase):
         check_text({"decisions": decisions, "notes": notes, "by": by}, "")
         return await self._decide(turn_id, _decisions(decisions, notes), by)
 
+    async def complete_tool(
+        self,
+        turn_id: str,
+        call_id: str,
+        result: Any = None,
+        *,
+        error: str | None = None,
+        by: str | None = None,
+    ) -> DecideOutcome:
+        """Give the result of a call the turn waits for (a client tool's), in place of
+        running it: ``result`` (text, or JSON-able data sent as JSON) is the call's
+        observation, or ``error`` the error it failed with. The turn resumes on a free
+        worker once every call it waits for has a decision or a result. Raises what
+        ``decide`` raises."""
+        if error is not None:
+            given = (error, True)
+        else:
+            given = (result if isinstance(result, str) else json.dumps(result), False)
+        check_text({"result": given[0], "by": by}, "")
+        return await self._decide(turn_id, {call_id: (True, None)}, by, {call_id: given})
+
     async def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
         """The tool calls waiting for a decision, of one session or of every session."""
         if session_id is not None:
@@ -86,13 +110,17 @@ class ApprovalsMixin(ProducerBase):
         return await self.approvals.pending(session_id)
 
     async def _decide(
-        self, turn_id: str, decisions: dict[str, tuple[bool, str | None]], by: str | None
+        self,
+        turn_id: str,
+        decisions: dict[str, tuple[bool, str | None]],
+        by: str | None,
+        results: dict[str, tuple[str, bool]] | None = None,
     ) -> DecideOutcome:
         session_id = await self.queue.session_of(turn_id)
         if session_id is None:
             raise ApprovalNotFoundError(f"turn {turn_id} is unknown", turn_id=turn_id)
         decider = by or "producer"
-        outcome = await self.approvals.decide(session_id, turn_id, decisions, decider)
+        outcome = await self.approvals.decide(session_id, turn_id, decisions, decider, results)
         for decision in outcome.decided:
             await self.publisher.publish(
                 ApprovalDecidedEvent(

@@ -23,6 +23,7 @@ from reactq.producer.history import HistoryMixin
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.catalogue import AgentInfo, AgentTools
+from reactq.shared.client_tools import ClientTool, check_client_tools
 from reactq.shared.content import ContentPart, ImagePart
 from reactq.shared.errors import (
     AgentMismatchError,
@@ -102,6 +103,7 @@ class Producer(ApprovalsMixin, HistoryMixin):
         overrides: dict[str, Any] | None = None,
         webhook: str | None = None,
         tenant: TenantIdentity | None = None,
+        client_tools: Sequence[ClientTool | Mapping[str, Any]] | None = None,
     ) -> TurnHandle:
         """Validate and enqueue a turn; returns its handle.
 
@@ -120,8 +122,11 @@ class Producer(ApprovalsMixin, HistoryMixin):
         ``tenant`` is who the turn acts for (``TenantIdentity``): its tools see it
         (``ToolContext.tenant``) and the store tools keep to its namespaces. The gateway
         passes its caller's key; this side is trusted, so nothing checks it against the
-        session id. With the Celery broker unreachable the turn is still queued (a
-        warning is logged): a worker's reaper dispatches it once the broker is back.
+        session id. ``client_tools`` (``ClientTool`` or ``{"name", "description",
+        "parameters"}``) are tools the caller runs: the model sees them, and a call to one
+        parks the turn until ``complete_tool`` gives its result. With the Celery broker
+        unreachable the turn is still queued (a warning is logged): a worker's reaper
+        dispatches it once the broker is back.
 
         Raises an InvalidTurnError subclass (nothing enqueued) for an invalid
         session id, an empty, oversized or unencodable message (or image, or a part that
@@ -165,6 +170,7 @@ class Producer(ApprovalsMixin, HistoryMixin):
                 agent=agent,
             )
         overrides = check_overrides(overrides, profile.overridable, agent)
+        tools = check_client_tools(client_tools)
         hook = webhook if webhook is not None else profile.webhook
         if hook is not None:
             await self._check_webhook(hook)
@@ -179,6 +185,7 @@ class Producer(ApprovalsMixin, HistoryMixin):
             overrides=overrides,
             webhook=hook is not None,
             tenant=tenant,
+            client_tools=tools,
         )
         if hook is not None:
             # Before the push: whoever ends the turn, however soon, finds it.

@@ -28,6 +28,7 @@ from reactq.producer.handles import TurnHandle, typed_output
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.catalogue import AgentInfo, AgentTools
+from reactq.shared.client_tools import ClientTool
 from reactq.shared.content import ContentPart
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.file_undo import UndoReport
@@ -170,6 +171,7 @@ class SyncProducer:
         overrides: dict[str, Any] | None = None,
         webhook: str | None = None,
         tenant: TenantIdentity | None = None,
+        client_tools: Sequence[ClientTool | Mapping[str, Any]] | None = None,
     ) -> SyncTurnHandle:
         """Validate and enqueue a turn (takes and raises like ``Producer.submit``)."""
         handle = self._loop.run(
@@ -183,6 +185,7 @@ class SyncProducer:
                 overrides=overrides,
                 webhook=webhook,
                 tenant=tenant,
+                client_tools=client_tools,
             )
         )
         return SyncTurnHandle(self._loop, handle)
@@ -210,6 +213,20 @@ class SyncProducer:
     ) -> DecideOutcome:
         """Deny a waiting tool call (see ``Producer.deny``)."""
         return self._loop.run(self.producer.deny(turn_id, call_id, reason, by=by))
+
+    def complete_tool(
+        self,
+        turn_id: str,
+        call_id: str,
+        result: Any = None,
+        *,
+        error: str | None = None,
+        by: str | None = None,
+    ) -> DecideOutcome:
+        """Give a waiting call's result (see ``Producer.complete_tool``)."""
+        return self._loop.run(
+            self.producer.complete_tool(turn_id, call_id, result, error=error, by=by)
+        )
 
     def decide(
         self,

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reactq.shared.client_tools import MAX_CLIENT_TOOLS, ClientTool
 from reactq.shared.content import ContentPart, ImagePart, TextPart, parse_parts, parts_text
 from reactq.shared.errors import (
     EmptyMessageError,
@@ -204,6 +205,9 @@ class TurnRequest(BaseModel):
     """Whether the producer registered a webhook for the turn: the worker looks its
     record up when the turn ends only if so (None, from a producer before 0.2.0: it
     looks), saving every other turn a Redis round trip."""
+    client_tools: list[ClientTool] = Field(default_factory=list, max_length=MAX_CLIENT_TOOLS)
+    """Tools the caller runs itself (``shared/client_tools.py``): a call to one parks the
+    turn until the caller gives its result (``Producer.complete_tool``)."""
     tenant: TenantIdentity | None = None
     """Who the turn acts for: the API key the gateway stamped on it, or what a (trusted)
     Python producer passed; None: nobody in particular (a gateway without keys, a

@@ -460,6 +460,7 @@ class Drainer(LeaseHolding, ParkedTurns, TurnEndings):
                 metadata=turn.metadata,
                 overrides=turn.overrides,
                 tenant=turn.tenant,
+                client_tools=turn.client_tools,
             )
             final = await self._run_evictable(sid, turn.turn_id, work, entry)
         except AwaitingChildren as waiting:

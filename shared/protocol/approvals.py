@@ -92,6 +92,10 @@ class Decision:
     """Who decided (``TIMEOUT_DECIDER`` for an expiry)."""
     at: float = 0.0
     """Unix time of the decision."""
+    result: str | None = None
+    """The call's result, given in place of running it (a client tool's, say)."""
+    failed: bool = False
+    """True when ``result`` is the error the call failed with."""
 
 
 @dataclass(frozen=True)
@@ -162,15 +166,24 @@ class Approvals:
         turn_id: str,
         decisions: dict[str, tuple[bool, str | None]],
         by: str,
+        results: dict[str, tuple[str, bool]] | None = None,
     ) -> DecideOutcome:
-        """Record ``{call_id: (approved, reason)}`` for the parked turn, all or none.
+        """Record ``{call_id: (approved, reason)}`` for the parked turn, all or none;
+        ``results`` (``{call_id: (text, failed)}``) gives calls' results in place of
+        running them.
 
         Raises ApprovalNotFoundError (no such turn or call), ApprovalClosedError (the
         turn waits for nothing) or DecisionConflictError (a call has a decision).
         """
         k = self.keys
+        given = results or {}
         wanted = [
             {"call_id": call_id, "approved": approved, "reason": reason}
+            | (
+                {"result": given[call_id][0], "failed": given[call_id][1]}
+                if call_id in given
+                else {}
+            )
             for call_id, (approved, reason) in decisions.items()
         ]
         reply = [
@@ -280,10 +293,13 @@ class Approvals:
 def _decision(call_id: str, raw: str) -> Decision:
     data = json.loads(raw)
     reason = data.get("reason")
+    result = data.get("result")
     return Decision(
         call_id=call_id,
         approved=bool(data.get("approved")),
         reason=reason if isinstance(reason, str) else None,
         by=str(data.get("by") or ""),
         at=float(data.get("at") or 0) / 1000,
+        result=result if isinstance(result, str) else None,
+        failed=bool(data.get("failed")),
     )

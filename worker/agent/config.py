@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reactq.shared.client_tools import ClientTool
 from reactq.shared.turn_inputs import OVERRIDABLE
 from reactq.worker.agent.context_policy import ContextPolicy
 from reactq.worker.agent.delegation import DEFAULT_MAX_DELEGATION_DEPTH, Subagent, as_subagents
@@ -160,6 +161,9 @@ class LoopConfig:
     """Tasks one ``delegate_parallel`` call may hand out at once."""
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     """How deep a chain of delegations may go below the turn a person submitted."""
+    client_tools: Sequence[ClientTool] = ()
+    """Tools the turn's caller runs (set per turn from ``TurnRequest.client_tools``): the
+    model sees them (native mode only); a call to one waits for the caller's result."""
 
     def __post_init__(self) -> None:
         model = self.model

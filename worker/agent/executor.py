@@ -81,6 +81,7 @@ class _Call:
     context: ToolContext
     output: str | None = None
     failure: tuple[str, str] | None = None  # (code, error), reported after the batch
+    given: bool = False  # its result was given (a client tool's): it does not run
 
 
 class _Deadline:
@@ -196,6 +197,7 @@ class ToolExecutor:
         seen: dict[tuple[str, str], int],
         truncated: bool = False,
         refused: Mapping[str, str] | None = None,
+        given: Mapping[str, tuple[str, bool]] | None = None,
         contexts: Mapping[str, ToolContext] | None = None,
         announced: Callable[[], Awaitable[None]] | None = None,
     ) -> list[str]:
@@ -207,13 +209,15 @@ class ToolExecutor:
         Results follow in model order: a batch's are published before the next batch
         runs, and the last batch's are left queued on the emitter (``emit_later``)
         for the caller's step checkpoint to take along, right after. ``refused``
-        (call id -> reason) answers those calls unrun, as denied; ``contexts`` (call
-        id -> context) replaces ``context`` for some calls.
+        (call id -> reason) answers those calls unrun, as denied; ``given`` (call id ->
+        (result, failed)) answers them unrun with that result (or error: a client tool's,
+        a person's); ``contexts`` (call id -> context) replaces ``context`` for some calls.
         ``seen`` counts identical calls across the run (for the repeat nudge);
         ``truncated`` says the generation hit the token cap, so broken arguments
         were cut off rather than malformed.
         """
         refused = refused or {}
+        given = given or {}
         contexts = contexts or {}
         prepared = [
             self._prepare(
@@ -221,11 +225,22 @@ class ToolExecutor:
             )
             for call in calls
         ]
+        for item in prepared:
+            if item.call.id in given:
+                result, failed = given[item.call.id]
+                item.given = True
+                item.failure = ("tool_error", result) if failed else None
+                item.output = None if failed else result
         await (announced() if announced is not None else emitter.flush())
         outputs: list[str] = []
         batch: list[_Call] = []
         for item in prepared:
-            if item.failure is None and item.tool is not None and item.tool.writes:
+            if (
+                item.failure is None
+                and not item.given
+                and item.tool is not None
+                and item.tool.writes
+            ):
                 outputs += await self._run_batch(batch, emitter, iteration)
                 batch = []
                 outputs += await self._run_batch([item], emitter, iteration)
@@ -235,7 +250,7 @@ class ToolExecutor:
         limit = self.config.repeat_call_limit
         if limit is not None:
             for index, call in enumerate(calls):
-                if call.id in refused:
+                if call.id in refused or call.id in given:
                     continue
                 # The raw text is the key: "identical" means the model wrote the same call.
                 key = (call.name, call.arguments.strip())
@@ -250,7 +265,7 @@ class ToolExecutor:
         """Run a batch; its results are queued on the emitter (``emit_later``), and
         published before the next batch runs (no result waits for a later tool)."""
         await emitter.flush()  # the previous batch's results
-        runnable = [p for p in batch if p.failure is None]
+        runnable = [p for p in batch if p.failure is None and not p.given]
         if len(runnable) == 1:
             await self._execute(runnable[0], iteration)
         elif runnable:

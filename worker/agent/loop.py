@@ -143,8 +143,12 @@ class AgentLoop:
             self._prefix(prompt) if isinstance(prompt, str) else ()
         )
         self.tools: list[dict[str, Any]] | None = (
-            (self.registry.openai_tools() or None) if self.mode.native else None
+            ([*self.registry.openai_tools(), *(t.openai() for t in config.client_tools)] or None)
+            if self.mode.native
+            else None
         )
+        self.client_tools: frozenset[str] = frozenset(t.name for t in config.client_tools)
+        """The names of the turn's client tools: a call to one waits for the caller."""
 
     def with_config(self, config: LoopConfig) -> AgentLoop:
         """A loop like this one (clients, tools, limiters, version) running ``config``:

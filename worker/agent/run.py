@@ -192,10 +192,13 @@ class Run(ModelCalls):
         waiting: list[ToolCall] = []
         denied: dict[str, str] = {}
         approved: list[ToolCall] = []
+        given: dict[str, tuple[str, bool]] = {}
         for call in calls:
             decision = self.decisions.get(call.id) if self.decisions is not None else None
             if decision is not None:
-                if decision.approved:
+                if decision.result is not None:
+                    given[call.id] = (decision.result, decision.failed)
+                elif decision.approved:
                     approved.append(call)
                 else:
                     denied[call.id] = decision.reason or "a person said no"
@@ -226,6 +229,7 @@ class Run(ModelCalls):
             seen=self.seen,
             truncated=truncated,
             refused=denied,
+            given=given,
             contexts={**{c.id: self.context for c in approved}, **delegated},
             announced=self._checkpoint if reply else None,
         )
@@ -250,6 +254,8 @@ class Run(ModelCalls):
         await self._checkpoint()
 
     def _needs_person(self, call: ToolCall, context: ToolContext) -> bool:
+        if call.name in self.loop.client_tools:
+            return True  # the caller runs it: the turn waits for its result
         found = self.loop.registry.get(call.name)
         if found is None:
             return False  # it fails as an unknown tool

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reactq.shared.bus import TurnEmitter
+from reactq.shared.client_tools import ClientTool
 from reactq.shared.content import ContentPart
 from reactq.shared.errors import (
     AgentMismatchError,
@@ -103,6 +104,7 @@ class AgentRunner:
         metadata: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
         tenant: TenantIdentity | None = None,
+        client_tools: Sequence[ClientTool] = (),
     ) -> FinalEvent:
         """Run one turn and return its (already emitted) final event.
 
@@ -138,7 +140,8 @@ class AgentRunner:
 
         ``parts``: the message as content parts (text and images), stored with it and
         sent to the model in its place; ``message`` is their text. ``tenant``: who the
-        turn acts for (``ToolContext.tenant``).
+        turn acts for (``ToolContext.tenant``). ``client_tools``: tools the caller runs;
+        a call to one waits like a call for approval, for the caller's result.
         """
         version = self.loop.version
         emitter.final_follows = True  # every path below ends with a final
@@ -168,7 +171,7 @@ class AgentRunner:
             )
             if start.info.agent != self.agent_name:
                 return await self._rejected(turn, start.info.agent)
-            loop = loop_for_turn(self.loop, overrides or {}, self.agent_name)
+            loop = loop_for_turn(self.loop, overrides or {}, self.agent_name, client_tools)
             refusal = await session_budget_refusal(self.store, session_id, loop)
             if refusal is not None:
                 return await self._over_session_budget(turn, refusal)

@@ -1,4 +1,5 @@
-"""What one turn changes before it runs: its overrides, and its session's budget.
+"""What one turn changes before it runs: its overrides, its client tools, and its
+session's budget.
 
 A turn may override the loop knobs its agent lists in ``overridable`` (checked at
 submit time by the producer against the registry's announcement, and here again
@@ -11,9 +12,10 @@ call.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reactq.shared.client_tools import ClientTool
 from reactq.shared.errors import InvalidOverrideError, SessionBudgetExceededError
 from reactq.shared.state.base import SessionUsage, StateStore
 from reactq.shared.turn_inputs import check_overrides
@@ -22,21 +24,48 @@ from reactq.worker.agent.loop import AgentLoop
 __all__ = ["loop_for_turn", "session_budget_refusal"]
 
 
-def loop_for_turn(loop: AgentLoop, overrides: Mapping[str, Any], agent: str) -> AgentLoop:
-    """``loop`` itself without overrides, else a loop for this turn with them applied.
+def loop_for_turn(
+    loop: AgentLoop,
+    overrides: Mapping[str, Any],
+    agent: str,
+    client_tools: Sequence[ClientTool] = (),
+) -> AgentLoop:
+    """``loop`` itself without overrides or client tools, else a loop for this turn
+    with them applied.
 
     OverrideNotAllowedError for a knob the agent does not allow; InvalidOverrideError
     for a value the knob refuses (the loop's own checks, such as a price for the
-    overridden model under ``max_cost``)."""
-    if not overrides:
+    overridden model under ``max_cost``), or for client tools the agent cannot take
+    (a text tool mode, a name one of its own tools has)."""
+    if not overrides and not client_tools:
         return loop
     allowed = check_overrides(dict(overrides), loop.config.overridable, agent)
+    if client_tools:
+        _check_client_tools(loop, client_tools, agent)
+        allowed["client_tools"] = tuple(client_tools)
     try:
         return loop.with_config(dataclasses.replace(loop.config, **allowed))
     except ValueError as exc:
         raise InvalidOverrideError(
             f"agent {agent!r}: the overrides {sorted(allowed)} do not fit: {exc}", agent=agent
         ) from None
+
+
+def _check_client_tools(loop: AgentLoop, tools: Sequence[ClientTool], agent: str) -> None:
+    if not loop.mode.native:
+        raise InvalidOverrideError(
+            f"agent {agent!r} runs the {loop.mode.mode.value} tool mode: client tools need "
+            "the native one (tool_mode=ToolMode.NATIVE)",
+            agent=agent,
+        )
+    names = [t.name for t in tools]
+    taken = sorted({n for n in names if loop.registry.get(n) is not None or names.count(n) > 1})
+    if taken:
+        raise InvalidOverrideError(
+            f"agent {agent!r}: client tools {taken} have the name of one of its own tools, "
+            "or of another client tool",
+            agent=agent,
+        )
 
 
 async def session_budget_refusal(
