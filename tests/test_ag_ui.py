@@ -30,8 +30,15 @@ def pool_model(request: Mapping[str, Any]) -> Reply:
     if "fail" in text:
         return Reply.error(400, "the scripted model refuses")
     last = request["messages"][-1]
+    frontend = [t["function"]["name"] for t in request.get("tools") or ()]
+    if "confirm_order" in frontend:
+        # A frontend tool: the browser asks the user; its answer is the call's result.
+        if last["role"] == "user":
+            return Reply.tool_calls([("confirm_order", {"item": text})])
+        return Reply.text(f"order {text}: {last['content']}")
     if last["role"] == "user":
-        return Reply.tool_calls([("lookup", {"key": text})])
+        reasoning = "weighing the lookup" if text.startswith("think") else None
+        return Reply.tool_calls([("lookup", {"key": text})]).but(reasoning=reasoning)
     return Reply.text(f"answer to: {text} tool said: {last['content']}")
 
 
@@ -134,3 +141,63 @@ def test_a_run_without_a_user_message_is_run_error(gateway: Gateway) -> None:
     events = run(gateway, {**run_input("x"), "messages": []})
     assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
     assert "user message" in events[-1].message
+
+
+CONFIRM = {
+    "name": "confirm_order",
+    "description": "Ask the user to confirm the order in the browser.",
+    "parameters": {"type": "object", "properties": {"item": {"type": "string"}}},
+}
+
+
+def test_a_frontend_tool_round_trips_through_the_client(gateway: Gateway) -> None:
+    body = {**run_input("two lamps"), "tools": [CONFIRM]}
+    first = run(gateway, body)
+    # The run ends with the frontend tool's call: the client runs it.
+    assert first[-1].type is EventType.RUN_FINISHED
+    [start] = [e for e in first if e.type is EventType.TOOL_CALL_START]
+    assert start.tool_call_name == "confirm_order"
+    args = "".join(e.delta for e in first if e.type is EventType.TOOL_CALL_ARGS)
+    assert json.loads(args) == {"item": "two lamps"}
+    assert not [e for e in first if e.type is EventType.TEXT_MESSAGE_CONTENT]
+    # The client's next run carries the call and its result; the turn goes on.
+    call = {
+        "id": "a1",
+        "role": "assistant",
+        "toolCalls": [
+            {
+                "id": start.tool_call_id,
+                "type": "function",
+                "function": {"name": "confirm_order", "arguments": args},
+            }
+        ],
+    }
+    result = {"id": "t1", "role": "tool", "toolCallId": start.tool_call_id, "content": "yes"}
+    second = run(
+        gateway,
+        {**body, "runId": "run-2", "messages": [*body["messages"], call, result]},
+    )
+    assert second[-1].type is EventType.RUN_FINISHED
+    text = "".join(e.delta for e in second if e.type is EventType.TEXT_MESSAGE_CONTENT)
+    assert text == "order two lamps: yes"
+    # The client has the call already: it is not streamed to it again.
+    assert not [e for e in second if e.type is EventType.TOOL_CALL_START]
+    # A result for a call nothing waits for is the run's error, in-stream.
+    again = run(gateway, {**body, "runId": "run-3", "messages": [*body["messages"], call, result]})
+    assert again[-1].type is EventType.RUN_ERROR and again[-1].code == "no_waiting_call"
+
+
+def test_a_frontend_tool_reactq_cannot_offer_is_run_error(gateway: Gateway) -> None:
+    bad = {**CONFIRM, "name": "has spaces"}
+    events = run(gateway, {**run_input("x"), "tools": [bad]})
+    assert events[-1].type is EventType.RUN_ERROR and "client_tools" in events[-1].message
+
+
+def test_reasoning_streams_as_reasoning_events(gateway: Gateway) -> None:
+    events = run(gateway, run_input("think first"))
+    kinds = [e.type for e in events]
+    said = "".join(e.delta for e in events if e.type is EventType.REASONING_MESSAGE_CONTENT)
+    assert said == "weighing the lookup"
+    # Opened, then closed before the tool call.
+    assert kinds.index(EventType.REASONING_START) < kinds.index(EventType.REASONING_END)
+    assert kinds.index(EventType.REASONING_END) < kinds.index(EventType.TOOL_CALL_START)

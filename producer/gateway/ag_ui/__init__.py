@@ -4,8 +4,11 @@
     POST /ag-ui/{agent}    RunAgentInput JSON -> text/event-stream of AG-UI events
 
 ``threadId`` is the reactq session, the last ``user`` message the turn. Events are
-``ag-ui-protocol``'s models, encoded by its ``EventEncoder``. Client-side tools are not
-round-tripped yet. What is supported, partly or not: docs/guide/ag-ui.md.
+``ag-ui-protocol``'s models, encoded by its ``EventEncoder``. The input's ``tools`` are
+frontend tools (client tools, ``shared/client_tools.py``): the model's call to one ends
+the run with its tool call events, the turn parked; the client's next run, ending with
+``tool`` messages for those calls, gives their results and streams the rest of the
+turn. What is supported, partly or not: docs/guide/ag-ui.md.
 """
 
 from __future__ import annotations
@@ -13,10 +16,16 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
@@ -29,6 +38,7 @@ from ag_ui.core import (
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
+    ToolMessage,
     UserMessage,
 )
 from ag_ui.encoder import EventEncoder
@@ -36,17 +46,20 @@ from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 
 from reactq.producer.gateway.deps import GUARDS, AgentName, GatewayDep, ScopeDep
-from reactq.producer.gateway.errors import ERROR_RESPONSES
+from reactq.producer.gateway.errors import ERROR_RESPONSES, GatewayError
 from reactq.producer.gateway.models import ErrorBody
+from reactq.producer.gateway.resume import events_after_decisions
 from reactq.producer.gateway.scopes import session_visible, touches
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
-from reactq.shared.errors import ConfigError, InvalidTurnError, TurnRejectedError
+from reactq.shared.errors import ApprovalError, ConfigError, InvalidTurnError, TurnRejectedError
 from reactq.shared.events import (
     ActionEvent,
+    ApprovalRequestedEvent,
     DeltaEvent,
     FinalEvent,
     ObservationEvent,
+    ReasoningEvent,
     ThoughtEvent,
     TodosEvent,
 )
@@ -81,14 +94,32 @@ def _session(scope: KeyScope | None, thread_id: str) -> str:
 class _Mapper:
     """reactq's events of one turn -> AG-UI events (one open text message at a time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: set[str] | None = None) -> None:
         self.message_id: str | None = None
         self.answered = False
         """Text went out since the last tool call (else the final's text is the answer)."""
+        self.known = known or set()
+        """Calls the client has already (the frontend tool calls it just answered)."""
+        self.reasoning_id: str | None = None
+
+    def calls(self, calls: list[dict[str, Any]]) -> list[BaseEvent]:
+        """Tool call start, args and end of each call (``call_id``, ``tool``, ``arguments``)."""
+        out: list[BaseEvent] = []
+        for call in calls:
+            call_id = str(call.get("call_id") or f"call-{uuid.uuid4().hex}")
+            args = call.get("arguments")
+            out += [
+                ToolCallStartEvent(tool_call_id=call_id, tool_call_name=str(call.get("tool"))),
+                ToolCallArgsEvent(
+                    tool_call_id=call_id, delta=args if isinstance(args, str) else _json(args)
+                ),
+                ToolCallEndEvent(tool_call_id=call_id),
+            ]
+        return out
 
     def close_text(self) -> list[BaseEvent]:
         if self.message_id is None:
-            return []
+            return self.close_reasoning()
         done = TextMessageEndEvent(message_id=self.message_id)
         self.message_id = None
         return [done]
@@ -103,7 +134,33 @@ class _Mapper:
             out.append(TextMessageContentEvent(message_id=self.message_id, delta=delta))
         return out
 
+    def close_reasoning(self) -> list[BaseEvent]:
+        if self.reasoning_id is None:
+            return []
+        done = [
+            ReasoningMessageEndEvent(message_id=self.reasoning_id),
+            ReasoningEndEvent(message_id=self.reasoning_id),
+        ]
+        self.reasoning_id = None
+        return done
+
+    def reasoning(self, delta: str) -> list[BaseEvent]:
+        out: list[BaseEvent] = [*self.close_text()]
+        if self.reasoning_id is None:
+            self.reasoning_id = f"reasoning-{uuid.uuid4().hex}"
+            out += [
+                ReasoningStartEvent(message_id=self.reasoning_id),
+                ReasoningMessageStartEvent(message_id=self.reasoning_id),
+            ]
+        out.append(ReasoningMessageContentEvent(message_id=self.reasoning_id, delta=delta))
+        return out
+
     def map(self, event: ReactqEvent) -> list[BaseEvent]:
+        if isinstance(event, ReasoningEvent):
+            return self.reasoning(event.text) if event.text else []
+        return [*self.close_reasoning(), *self._map(event)]
+
+    def _map(self, event: ReactqEvent) -> list[BaseEvent]:
         if isinstance(event, DeltaEvent):
             return self.text(event.text)
         if isinstance(event, ThoughtEvent):
@@ -113,16 +170,12 @@ class _Mapper:
                 if self.message_id
                 else [*self.text(event.text), *self.close_text()]
             )
+        if isinstance(event, ActionEvent | ObservationEvent) and event.call_id in self.known:
+            return []  # a frontend tool's call and result: the client has both
         if isinstance(event, ActionEvent):
-            call_id = event.call_id or f"call-{uuid.uuid4().hex}"
-            args = event.args if isinstance(event.args, str) else _json(event.args)
             self.answered = False
-            return [
-                *self.close_text(),
-                ToolCallStartEvent(tool_call_id=call_id, tool_call_name=event.tool),
-                ToolCallArgsEvent(tool_call_id=call_id, delta=args),
-                ToolCallEndEvent(tool_call_id=call_id),
-            ]
+            call = {"call_id": event.call_id, "tool": event.tool, "arguments": event.args}
+            return [*self.close_text(), *self.calls([call])]
         if isinstance(event, ObservationEvent):
             return [
                 ToolCallResultEvent(
@@ -144,31 +197,96 @@ def _json(value: object) -> str:
     return json.dumps(value if value is not None else {})
 
 
+def _tool_results(run: RunAgentInput) -> dict[str, ToolMessage]:
+    """The ``tool`` messages after the last assistant message: the client's results of
+    the frontend tool calls the previous run ended with."""
+    found: dict[str, ToolMessage] = {}
+    for message in reversed(run.messages):
+        if not isinstance(message, ToolMessage):
+            break
+        found[message.tool_call_id] = message
+    return found
+
+
+def _client_tools(run: RunAgentInput) -> list[dict[str, Any]]:
+    """The run's frontend tools as client tools (the submit refuses one reactq cannot
+    offer a model, such as a name outside ``[A-Za-z0-9_-]{1,64}``)."""
+    return [
+        {"name": t.name, "description": t.description}
+        | ({"parameters": t.parameters} if isinstance(t.parameters, dict) else {})
+        for t in run.tools or ()
+    ]
+
+
+async def _resume(
+    gateway: Gateway, session_id: str, results: dict[str, ToolMessage]
+) -> tuple[AsyncIterator[ReactqEvent], set[str]]:
+    """Give the thread's waiting turn the client's results; its events from there on.
+    GatewayError when no call of the thread waits for them."""
+    producer = gateway.producer
+    pending = [p for p in await producer.pending_approvals(session_id) if p.call_id in results]
+    if not pending:
+        raise GatewayError(
+            "no call of this thread waits for a tool result with these toolCallIds: "
+            f"{sorted(results)}",
+            status=409,
+            error_code="no_waiting_call",
+        )
+    turn_id = pending[0].turn_id
+    answered = {p.call_id for p in pending if p.turn_id == turn_id}
+    for call_id in sorted(answered):
+        message = results[call_id]
+        if message.error:
+            await producer.complete_tool(turn_id, call_id, error=message.error, by="ag-ui")
+        else:
+            await producer.complete_tool(turn_id, call_id, message.content, by="ag-ui")
+    return events_after_decisions(producer, session_id, turn_id, answered), answered
+
+
 async def _stream(
     gateway: Gateway, scope: KeyScope | None, agent: str, run: RunAgentInput
 ) -> AsyncIterator[str]:
     encoder = EventEncoder()
     yield encoder.encode(RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id))
     session_id = _session(scope, run.thread_id)
+    results = _tool_results(run)
+    events: AsyncIterator[ReactqEvent]
+    answered: set[str] = set()
     try:
-        text = _turn_text(run)
+        if results:
+            events, answered = await _resume(gateway, session_id, results)
+        else:
+            handle = await gateway.producer.submit(
+                session_id,
+                _turn_text(run),
+                agent=agent,
+                strategy=MultitaskStrategy.ENQUEUE,
+                metadata={"via": "ag-ui", "ag_ui_run_id": run.run_id},
+                tenant=scope,
+                client_tools=_client_tools(run),
+            )
+            events = handle.events()
     except HTTPException as exc:  # a schema-valid run with no user message: in-stream
         yield encoder.encode(RunErrorEvent(message=str(exc.detail), code="invalid_run"))
         return
-    try:
-        handle = await gateway.producer.submit(
-            session_id,
-            text,
-            agent=agent,
-            strategy=MultitaskStrategy.ENQUEUE,
-            metadata={"via": "ag-ui", "ag_ui_run_id": run.run_id},
-            tenant=scope,
-        )
-    except (InvalidTurnError, TurnRejectedError, ConfigError) as exc:
+    except (InvalidTurnError, TurnRejectedError, ConfigError, ApprovalError) as exc:
         yield encoder.encode(RunErrorEvent(message=exc.message, code=exc.code))
         return
-    mapper = _Mapper()
-    async for event in handle.events():
+    except GatewayError as exc:
+        yield encoder.encode(RunErrorEvent(message=exc.message, code=exc.error_code))
+        return
+    mapper = _Mapper(answered)
+    async for event in events:
+        if isinstance(event, ApprovalRequestedEvent):
+            names = {t.name for t in run.tools or ()}
+            frontend = [c for c in event.calls if c.get("tool") in names]
+            if frontend:
+                # The client runs these: the run ends with their calls, and the client's
+                # next run carries the results.
+                for out in [*mapper.close_text(), *mapper.calls(frontend)]:
+                    yield encoder.encode(out)
+                yield encoder.encode(RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id))
+                return
         if isinstance(event, FinalEvent):
             done = event.status is TurnStatus.COMPLETED
             tail = mapper.text(event.text) if done and event.text and not mapper.answered else []

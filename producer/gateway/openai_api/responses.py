@@ -37,6 +37,7 @@ from reactq.producer.gateway.openai_api.items import (
     call_id_of_approval,
     history_items,
 )
+from reactq.producer.gateway.resume import events_after_decisions
 from reactq.producer.gateway.scopes import listing, session_visible
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
@@ -47,7 +48,7 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     DecisionConflictError,
 )
-from reactq.shared.events import ApprovalDecidedEvent, ApprovalRequestedEvent, Event, FinalEvent
+from reactq.shared.events import ApprovalRequestedEvent, Event, FinalEvent
 from reactq.shared.turns import SESSION_ID_RE, TurnStatus
 
 __all__ = ["ResponseCreate", "router"]
@@ -321,22 +322,6 @@ async def _streamed(
     yield _sse(stream.event(_ENDED.get(status, "response.incomplete"), response=body))
 
 
-async def _after_decisions(
-    gateway: Gateway, info: TurnInfo, call_ids: set[str]
-) -> AsyncIterator[Event]:
-    """A resumed turn's events after the decisions on ``call_ids``."""
-    decided = False
-    async for event in gateway.producer.subscribe(info.session_id, after="0"):
-        if event.turn_id != info.turn_id:
-            continue
-        if decided:
-            yield event
-        elif isinstance(event, ApprovalDecidedEvent) and event.call_id in call_ids:
-            decided = True
-        if isinstance(event, FinalEvent):
-            return
-
-
 def _stream_response(chunks: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
         chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
@@ -446,7 +431,9 @@ async def _resume(
     await _decide(gateway, previous, decisions, by)
     ours = previous.metadata.get(_KEY, {})
     if body.stream:
-        events = _after_decisions(gateway, previous, set(decisions))
+        events = events_after_decisions(
+            gateway.producer, previous.session_id, previous.turn_id, set(decisions)
+        )
         return _stream_response(_streamed(previous.turn_id, ours, events))
     if body.background:
         now = await gateway.producer.turn_info(previous.turn_id) or previous
