@@ -14,6 +14,7 @@ turn. What is supported, partly or not: docs/guide/ag-ui.md.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -192,8 +193,6 @@ class _Mapper:
 
 
 def _json(value: object) -> str:
-    import json
-
     return json.dumps(value if value is not None else {})
 
 

@@ -33,9 +33,14 @@ from reactq.producer.gateway.errors import GatewayError
 from reactq.producer.gateway.openai_api.common import agent_of_model, model_id
 from reactq.producer.gateway.openai_api.items import (
     StreamTranslator,
-    approval_items,
-    call_id_of_approval,
     history_items,
+    waiting_items,
+)
+from reactq.producer.gateway.openai_api.response_input import (
+    RequestInput,
+    bad,
+    client_tools_of,
+    input_of,
 )
 from reactq.producer.gateway.resume import events_after_decisions
 from reactq.producer.gateway.scopes import listing, session_visible
@@ -47,6 +52,7 @@ from reactq.shared.errors import (
     ApprovalError,
     ApprovalNotFoundError,
     DecisionConflictError,
+    InvalidTurnError,
 )
 from reactq.shared.events import ApprovalRequestedEvent, Event, FinalEvent
 from reactq.shared.turns import SESSION_ID_RE, TurnStatus
@@ -67,7 +73,9 @@ _STATUS: dict[
 ] = {
     TurnStatus.QUEUED: "queued",
     TurnStatus.RUNNING: "in_progress",
-    TurnStatus.AWAITING_APPROVAL: "incomplete",
+    # As OpenAI answers a response that ends with calls for its client to run or a
+    # person to approve: completed, the calls its last items.
+    TurnStatus.AWAITING_APPROVAL: "completed",
     TurnStatus.AWAITING_CHILDREN: "in_progress",
     TurnStatus.COMPLETED: "completed",
     TurnStatus.MAX_ITERATIONS: "incomplete",
@@ -107,52 +115,13 @@ class ResponseCreate(BaseModel):
     """True: answer at once with the queued response; poll it with ``GET``."""
     stream: bool | None = False
     metadata: dict[str, str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    """Function tools the client runs (client tools): a call to one is a
+    ``function_call`` item; send its ``function_call_output`` with
+    ``previous_response_id``. Other tool types: 400."""
 
 
-def _bad(message: str, field: str) -> GatewayError:
-    return GatewayError(message, status=422, error_code="invalid_request", field=f"body.{field}")
-
-
-def _input_of(value: str | list[dict[str, Any]]) -> tuple[str, dict[str, bool | str]]:
-    """The turn's message (the text, or the user ``message`` items' text joined) and
-    the decisions of ``mcp_approval_response`` items (``{call_id: True | reason}``)."""
-    if isinstance(value, str):
-        if not value.strip():
-            raise _bad("input is empty", "input")
-        return value, {}
-    parts: list[str] = []
-    decisions: dict[str, bool | str] = {}
-    for item in value:
-        kind = item.get("type", "message")
-        if kind == "mcp_approval_response":
-            request_id = item.get("approval_request_id")
-            if not isinstance(request_id, str) or not isinstance(item.get("approve"), bool):
-                raise _bad(
-                    "an mcp_approval_response wants approval_request_id and approve", "input"
-                )
-            reason = item.get("reason")
-            denied: bool | str = reason if isinstance(reason, str) and reason else False
-            decisions[call_id_of_approval(request_id)] = True if item["approve"] else denied
-            continue
-        if kind != "message":
-            raise _bad(f"input items of type {kind!r} are not supported", "input")
-        content = item.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(str(c.get("text", "")) for c in content if isinstance(c, dict))
-        else:
-            raise _bad("a message item wants content", "input")
-    text = "\n".join(p for p in parts if p)
-    if decisions and text.strip():
-        raise _bad(
-            "mcp_approval_response items continue the response that waits: send new text "
-            "in the next request",
-            "input",
-        )
-    if not decisions and not text.strip():
-        raise _bad("input has no text", "input")
-    return text, decisions
+_bad = bad
 
 
 def _conversation(body: ResponseCreate, scope: KeyScope | None) -> str | None:
@@ -237,26 +206,62 @@ def _body(
         "usage": _usage(usage or {}),
         "parallel_tool_calls": True,
         "tool_choice": "auto",
-        "tools": [],
+        "tools": [_tool(t) for t in ours.get("tools") or ()],
     }
     return Response.model_validate(body).model_dump(mode="json", exclude_unset=True)
 
 
-async def _response(gateway: Gateway, info: TurnInfo) -> dict[str, Any]:
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A request's function tool as the response echoes it."""
+    return {
+        "type": "function",
+        "name": tool.get("name"),
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": tool.get("strict"),
+    }
+
+
+async def _response(
+    gateway: Gateway, info: TurnInfo, answered: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The turn as a Response: a finished one's items from its session's history, a
-    waiting one's approval requests."""
+    waiting one's calls. ``answered``: the calls this request answered, after which the
+    response is what happened (the client has the rest)."""
     ours: dict[str, Any] = info.metadata.get(_KEY, {})
+    client = ours.get("client_tools") or ()
     status = _STATUS.get(info.status, "in_progress")
     text = info.final.text if info.final is not None else info.final_text
     output: list[dict[str, Any]] = []
     if info.status is TurnStatus.AWAITING_APPROVAL:
-        output = approval_items([p.model_dump() | {"tool": p.tool} for p in info.pending_approvals])
+        waiting = [p.model_dump() | {"tool": p.tool} for p in info.pending_approvals]
+        output = waiting_items(waiting, client)
     elif info.status.is_final and status != "cancelled":
         history = await gateway.producer.history(info.session_id)
-        output = history_items(info.turn_id, history, text if status != "failed" else None)
+        said = text if status != "failed" else None
+        output = _after(history_items(info.turn_id, history, said, client), answered)
     error = (text or info.status.value) if status == "failed" else None
     created = info.submitted_at or time.time()
     return _body(info.turn_id, ours, status, output, created, info.usage, error)
+
+
+def _after(items: list[dict[str, Any]], answered: frozenset[str]) -> list[dict[str, Any]]:
+    """``items`` from the first one of an ``answered`` call on, without the client's own
+    calls among them (it has them, and their outputs)."""
+    if not answered:
+        return items
+
+    def call_of(item: dict[str, Any]) -> str | None:
+        if item["type"] == "mcp_call":
+            return str(item["id"]).removeprefix("mcp_")
+        return item.get("call_id")
+
+    first = next((i for i, item in enumerate(items) if call_of(item) in answered), 0)
+    return [
+        item
+        for item in items[first:]
+        if not (item["type"].startswith("function_call") and call_of(item) in answered)
+    ]
 
 
 async def _wait(gateway: Gateway, turn_id: str, decided: frozenset[str] = frozenset()) -> TurnInfo:
@@ -284,12 +289,16 @@ _ENDED = {"completed": "response.completed", "failed": "response.failed"}
 
 
 async def _streamed(
-    turn_id: str, ours: dict[str, Any], events: AsyncIterator[Event]
+    turn_id: str,
+    ours: dict[str, Any],
+    events: AsyncIterator[Event],
+    known: frozenset[str] = frozenset(),
 ) -> AsyncIterator[bytes]:
     """The turn's events as the Responses API's streaming events, from
     ``response.created`` to ``response.completed`` (``.failed``, ``.incomplete``: a turn
-    that did not answer, or waits for a person)."""
-    stream = StreamTranslator(turn_id)
+    that did not answer). A turn that waits for calls ends the stream with them.
+    ``known``: calls the client has (its own, it just answered), left out."""
+    stream = StreamTranslator(turn_id, ours.get("client_tools") or (), known)
     created = time.time()
     snapshot = _body(turn_id, ours, "in_progress", [], created)
     yield _sse(stream.event("response.created", response=snapshot))
@@ -309,7 +318,7 @@ async def _streamed(
         yield _sse(stream.event("error", message="the turn's events ended before its final"))
         return
     if final is None:
-        status, usage, error = "incomplete", None, None
+        status, usage, error = "completed", None, None
         tail = stream.close()
     else:
         status = _STATUS.get(final.status, "failed")
@@ -326,21 +335,6 @@ def _stream_response(chunks: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
         chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
     )
-
-
-async def _decide(
-    gateway: Gateway, info: TurnInfo, decisions: dict[str, bool | str], by: str
-) -> None:
-    error: ApprovalError
-    try:
-        await gateway.producer.decide(info.turn_id, decisions, by=by)
-    except ApprovalNotFoundError as exc:
-        status, error = 404, exc
-    except (ApprovalClosedError, DecisionConflictError) as exc:
-        status, error = 409, exc
-    else:
-        return
-    raise GatewayError(error.message, status=status, error_code=error.code, field="body.input")
 
 
 _CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -364,21 +358,22 @@ async def create_response(
     body: ResponseCreate, gateway: GatewayDep, scope: ScopeDep, caller: CallerDep
 ) -> Any:
     """Run one turn of the agent ``model`` names; its answer as a Response (streamed
-    with ``stream``). ``mcp_approval_response`` input items decide the calls the
-    ``previous_response_id`` response waits for, and it goes on."""
+    with ``stream``). ``mcp_approval_response`` and ``function_call_output`` input items
+    answer the calls the ``previous_response_id`` response waits for, and it goes on."""
     agent = await agent_of_model(gateway, body.model, scope)
-    message, decisions = _input_of(body.input)
+    given = input_of(body.input)
+    client = client_tools_of(body.tools)
     previous = None
     if body.previous_response_id is not None:
         previous = await _lookup(gateway, body.previous_response_id, scope)
-    if decisions:
+    if given.answers:
         if previous is None:
             raise _bad(
-                "mcp_approval_response items answer a response's approval requests: "
-                "send its id as previous_response_id",
+                "mcp_approval_response and function_call_output items answer the calls of a "
+                "response: send its id as previous_response_id",
                 "previous_response_id",
             )
-        return await _resume(gateway, body, previous, decisions, caller or "gateway")
+        return await _resume(gateway, body, previous, given, caller or "gateway")
     conversation = _conversation(body, scope)
     if previous is not None:
         session_id = previous.session_id
@@ -402,14 +397,23 @@ async def create_response(
         "metadata": body.metadata,
         "background": bool(body.background),
         "store": body.store is not False,
+        "client_tools": [t["name"] for t in client],
+        "tools": body.tools or [],
     }
-    handle = await gateway.producer.submit(
-        session_id,
-        message,
-        agent=agent,
-        metadata={**(body.metadata or {}), _KEY: ours},
-        tenant=scope,
-    )
+    try:
+        handle = await gateway.producer.submit(
+            session_id,
+            given.text,
+            agent=agent,
+            metadata={**(body.metadata or {}), _KEY: ours},
+            tenant=scope,
+            client_tools=client,
+        )
+    except InvalidTurnError as exc:
+        where = str(exc.details.get("field") or "")
+        if not where.startswith("client_tools"):
+            raise
+        raise _bad(exc.message, where.replace("client_tools", "tools")) from None
     if body.stream:
         return _stream_response(_streamed(handle.turn_id, ours, handle.events()))
     if body.background:
@@ -421,25 +425,44 @@ async def create_response(
 
 
 async def _resume(
-    gateway: Gateway,
-    body: ResponseCreate,
-    previous: TurnInfo,
-    decisions: dict[str, bool | str],
-    by: str,
+    gateway: Gateway, body: ResponseCreate, previous: TurnInfo, given: RequestInput, by: str
 ) -> Any:
-    """Decide the calls ``previous`` waits for; the same response as it goes on."""
-    await _decide(gateway, previous, decisions, by)
+    """Answer the calls ``previous`` waits for; the same response as it goes on."""
+    answered = frozenset(given.decisions) | frozenset(given.results)
+    await _answer(gateway, previous, given, by)
     ours = previous.metadata.get(_KEY, {})
     if body.stream:
         events = events_after_decisions(
-            gateway.producer, previous.session_id, previous.turn_id, set(decisions)
+            gateway.producer, previous.session_id, previous.turn_id, answered
         )
-        return _stream_response(_streamed(previous.turn_id, ours, events))
+        # The client has its own calls and their results: not streamed to it again.
+        known = frozenset(given.results)
+        return _stream_response(_streamed(previous.turn_id, ours, events, known))
     if body.background:
         now = await gateway.producer.turn_info(previous.turn_id) or previous
     else:
-        now = await _wait(gateway, previous.turn_id, frozenset(decisions))
-    return await _response(gateway, now)
+        now = await _wait(gateway, previous.turn_id, answered)
+    return await _response(gateway, now, answered)
+
+
+async def _answer(gateway: Gateway, info: TurnInfo, given: RequestInput, by: str) -> None:
+    """Record the request's decisions and results on the waiting turn; a 404 for a
+    call it does not wait for, a 409 for one answered already or a turn that waits for
+    nothing."""
+    producer = gateway.producer
+    error: ApprovalError
+    try:
+        if given.decisions:
+            await producer.decide(info.turn_id, given.decisions, by=by)
+        for call_id, output in given.results.items():
+            await producer.complete_tool(info.turn_id, call_id, output, by=by)
+    except ApprovalNotFoundError as exc:
+        status, error = 404, exc
+    except (ApprovalClosedError, DecisionConflictError) as exc:
+        status, error = 409, exc
+    else:
+        return
+    raise GatewayError(error.message, status=status, error_code=error.code, field="body.input")
 
 
 @router.get(
