@@ -17,6 +17,7 @@ from pydantic import TypeAdapter
 from reactq.worker.agent.llm.replies import Reply
 from tests.gateway_support import Gateway, start_gateway
 from tests.helpers import last_user_text, running_pool
+from tests.js_support import run_script
 
 pytestmark = pytest.mark.e2e
 
@@ -201,3 +202,14 @@ def test_reasoning_streams_as_reasoning_events(gateway: Gateway) -> None:
     # Opened, then closed before the tool call.
     assert kinds.index(EventType.REASONING_START) < kinds.index(EventType.REASONING_END)
     assert kinds.index(EventType.REASONING_END) < kinds.index(EventType.TOOL_CALL_START)
+
+
+def test_ag_uis_own_javascript_client_runs_a_turn_and_a_frontend_tool(gateway: Gateway) -> None:
+    seen = run_script("ag_ui_client.mjs", gateway.url, KEY, "helper", packages=("@ag-ui/client@1",))
+    assert seen["plainTypes"][0] == "RUN_STARTED" and seen["plainTypes"][-1] == "RUN_FINISHED"
+    assert "TOOL_CALL_RESULT" in seen["plainTypes"]
+    assert seen["plainAnswer"].startswith("answer to: weather")
+    assert seen["first"][-1] == "RUN_FINISHED" and "TOOL_CALL_START" in seen["first"]
+    assert seen["tool"] == "confirm_order" and seen["args"] == {"item": "two lamps"}
+    assert seen["second"][-1] == "RUN_FINISHED"
+    assert seen["answer"] == "order two lamps: yes"
