@@ -68,6 +68,8 @@ def worker(
         "OPENAI_BASE_URL": model.base_url,
         "OPENAI_API_KEY": "test-key",
         "REACTQ_TRACING": "1",
+        # The conventions' opt-in: this worker's spans carry the messages and tool data.
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
         "REACTQ_METRICS_PORT": str(port),
         "REACTQ_METRICS_ADDRESS": "127.0.0.1",
     }
@@ -148,7 +150,49 @@ async def test_a_turn_is_one_trace_from_publish_to_model_and_tool_calls(
     assert chats[0]["attributes"]["gen_ai.response.finish_reasons"] == ["tool_calls"]
     assert tool["parent_id"] == turn["span_id"]
     assert tool["attributes"]["gen_ai.tool.name"] == "lookup"
+    assert tool["attributes"]["gen_ai.conversation.id"] == sid
     assert tool["status"] != "ERROR"
+    # What answered, as the endpoint named it.
+    assert chats[0]["attributes"]["gen_ai.response.model"]
+    assert chats[0]["attributes"]["gen_ai.response.id"]
+    # Content, opted in: the user's message in, the tool call out, the tool's data.
+    asked = json.loads(chats[0]["attributes"]["gen_ai.input.messages"])
+    assert asked[-1] == {"role": "user", "parts": [{"type": "text", "content": "paris"}]}
+    said = json.loads(chats[0]["attributes"]["gen_ai.output.messages"])
+    assert said[0]["parts"][0]["type"] == "tool_call" and said[0]["parts"][0]["name"] == "lookup"
+    assert json.loads(tool["attributes"]["gen_ai.tool.call.arguments"]) == {"key": "paris"}
+    assert "paris" in tool["attributes"]["gen_ai.tool.call.result"]
+
+
+async def test_content_stays_off_the_spans_unless_opted_in(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default: model and tool spans without the users' data."""
+    from reactq.worker.agent.interventions import ToolCallInfo
+    from reactq.worker.agent.llm.base import LLMResponse
+    from reactq.worker.observe import CAPTURE_CONTENT, Observer, ObservingHooks
+
+    async def spans_of() -> list[dict[str, Any]]:
+        exporter.clear()
+        hooks = ObservingHooks("a", "m", Observer(None, tracing=True), None)
+        await hooks.on_llm_start(iteration=1, messages=[{"role": "user", "content": "pin 1234"}])
+        answer = LLMResponse(content="ok", model="m-2026", response_id="cmpl-1")
+        await hooks.on_llm_end(iteration=1, response=answer, error=None)
+        call = ToolCallInfo(tool="t", args={"pin": "1234"}, call_id="c1", session_id="s")
+        await hooks.on_tool_start(call)
+        await hooks.on_tool_end(call, output="pin 1234 ok", ok=True)
+        return [span_record(s) for s in exporter.get_finished_spans()]
+
+    monkeypatch.delenv(CAPTURE_CONTENT, raising=False)
+    default = await spans_of()
+    assert [s["name"] for s in default] == ["chat m", "execute_tool t"]
+    for span in default:
+        assert "1234" not in json.dumps(span["attributes"]), span
+    assert default[0]["attributes"]["gen_ai.response.model"] == "m-2026"
+    assert default[0]["attributes"]["gen_ai.response.id"] == "cmpl-1"
+    monkeypatch.setenv(CAPTURE_CONTENT, "True")
+    opted = await spans_of()
+    assert all("1234" in json.dumps(s["attributes"]) for s in opted)
 
 
 def _sample(text: str, name: str, **labels: str) -> float:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from reactq.shared.events import FinalEvent
@@ -27,15 +30,39 @@ from reactq.worker.agent.runner import AgentRunner
 from reactq.worker.agent.suspend import Suspended
 from reactq.worker.definitions import Agent
 
-__all__ = ["ObservedRunner", "Observer", "ObservingHooks", "observed_agent"]
+__all__ = [
+    "CAPTURE_CONTENT",
+    "ObservedRunner",
+    "Observer",
+    "ObservingHooks",
+    "capture_content",
+    "observed_agent",
+]
+
+
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI conventions' opt-in: ``true`` records the messages, tool arguments and
+results on the spans (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``). Off by default: they are
+the users' data."""
+
+
+def capture_content(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``CAPTURE_CONTENT`` says so (``true`` or ``1``, any case)."""
+    value = (os.environ if environ is None else environ).get(CAPTURE_CONTENT, "")
+    return value.strip().lower() in ("true", "1")
 
 
 class Observer:
-    """What the worker records: metrics (optional) and spans (optional)."""
+    """What the worker records: metrics (optional) and spans (optional); with
+    ``content``, the spans carry the messages and tool data too."""
 
-    def __init__(self, metrics: WorkerMetrics | None, tracing: bool) -> None:
+    def __init__(
+        self, metrics: WorkerMetrics | None, tracing: bool, content: bool | None = None
+    ) -> None:
         self.metrics = metrics
         self.tracer: Any = None
+        self.content = capture_content() if content is None else content
         if tracing:
             self.tracer = tracer()
 
@@ -122,19 +149,23 @@ class ObservingHooks(Hooks):
 
     async def on_llm_start(self, *, iteration: int, messages: list[dict[str, Any]]) -> None:
         if self.observer.tracer is not None:
+            from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
             from opentelemetry.trace import SpanKind
 
+            attributes: dict[str, Any] = {
+                g.GEN_AI_OPERATION_NAME: "chat",
+                g.GEN_AI_PROVIDER_NAME: "openai",
+                g.GEN_AI_REQUEST_MODEL: self.model,
+                g.GEN_AI_AGENT_NAME: self.agent,
+                "reactq.iteration": iteration,
+            }
+            if self.observer.content:
+                attributes[g.GEN_AI_INPUT_MESSAGES] = json.dumps(
+                    [_message_parts(m) for m in messages], ensure_ascii=False
+                )
             # A model call leaves the process: CLIENT, as the GenAI conventions say.
             self._llm[id(asyncio.current_task())] = self.observer.tracer.start_span(
-                f"chat {self.model}",
-                kind=SpanKind.CLIENT,
-                attributes={
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": "openai",
-                    "gen_ai.request.model": self.model,
-                    "gen_ai.agent.name": self.agent,
-                    "reactq.iteration": iteration,
-                },
+                f"chat {self.model}", kind=SpanKind.CLIENT, attributes=attributes
             )
         await call_hook(self.inner, "on_llm_start", iteration=iteration, messages=messages)
 
@@ -150,14 +181,27 @@ class ObservingHooks(Hooks):
                     m.tokens.labels(self.agent, kind).inc(count)
         span = self._llm.pop(id(asyncio.current_task()), None)
         if span is not None:
+            from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
+
             if usage:
-                span.set_attribute("gen_ai.usage.input_tokens", int(usage.get("prompt_tokens", 0)))
+                span.set_attribute(g.GEN_AI_USAGE_INPUT_TOKENS, int(usage.get("prompt_tokens", 0)))
                 span.set_attribute(
-                    "gen_ai.usage.output_tokens", int(usage.get("completion_tokens", 0))
+                    g.GEN_AI_USAGE_OUTPUT_TOKENS, int(usage.get("completion_tokens", 0))
                 )
             reason = getattr(response, "finish_reason", None)
             if reason:
-                span.set_attribute("gen_ai.response.finish_reasons", [str(reason)])
+                span.set_attribute(g.GEN_AI_RESPONSE_FINISH_REASONS, [str(reason)])
+            for key, value in (
+                (g.GEN_AI_RESPONSE_MODEL, getattr(response, "model", None)),
+                (g.GEN_AI_RESPONSE_ID, getattr(response, "response_id", None)),
+            ):
+                if value:
+                    span.set_attribute(key, value)
+            if self.observer.content and response is not None and error is None:
+                span.set_attribute(
+                    g.GEN_AI_OUTPUT_MESSAGES,
+                    json.dumps([_answer_parts(response)], ensure_ascii=False),
+                )
             if error is not None:
                 from opentelemetry.trace import Status, StatusCode
 
@@ -171,20 +215,29 @@ class ObservingHooks(Hooks):
 
     async def on_tool_start(self, call: ToolCallInfo) -> None:
         if self.observer.tracer is not None:
+            from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
+
+            attributes: dict[str, Any] = {
+                g.GEN_AI_OPERATION_NAME: "execute_tool",
+                g.GEN_AI_TOOL_NAME: call.tool,
+                g.GEN_AI_TOOL_CALL_ID: call.call_id,
+                g.GEN_AI_TOOL_TYPE: "function",
+                g.GEN_AI_CONVERSATION_ID: call.session_id,
+            }
+            if self.observer.content:
+                attributes[g.GEN_AI_TOOL_CALL_ARGUMENTS] = json.dumps(call.args, default=str)
             self._tools[(call.turn_id, call.call_id)] = self.observer.tracer.start_span(
-                f"execute_tool {call.tool}",
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": call.tool,
-                    "gen_ai.tool.call.id": call.call_id,
-                    "gen_ai.tool.type": "function",
-                },
+                f"execute_tool {call.tool}", attributes=attributes
             )
         await call_hook(self.inner, "on_tool_start", call)
 
     async def on_tool_end(self, call: ToolCallInfo, *, output: str, ok: bool) -> None:
         span = self._tools.pop((call.turn_id, call.call_id), None)
         if span is not None:
+            if self.observer.content:
+                from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
+
+                span.set_attribute(g.GEN_AI_TOOL_CALL_RESULT, output)
             if not ok:
                 from opentelemetry.trace import Status, StatusCode
 
@@ -192,6 +245,46 @@ class ObservingHooks(Hooks):
                 span.set_status(Status(StatusCode.ERROR, "tool_error"))
             span.end()
         await call_hook(self.inner, "on_tool_end", call, output=output, ok=ok)
+
+
+def _message_parts(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A Chat Completions message in the conventions' shape: its role and parts."""
+    parts: list[dict[str, Any]] = []
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        parts.append({"type": "text", "content": content})
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append({"type": "text", "content": part.get("text", "")})
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": function.get("arguments"),
+            }
+        )
+    if message.get("role") == "tool":
+        parts = [
+            {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": content}
+        ]
+    return {"role": message.get("role"), "parts": parts}
+
+
+def _answer_parts(response: Any) -> dict[str, Any]:
+    """A model's answer in the conventions' shape (role, parts, finish reason)."""
+    parts: list[dict[str, Any]] = []
+    if getattr(response, "content", None):
+        parts.append({"type": "text", "content": response.content})
+    for call in getattr(response, "tool_calls", None) or ():
+        parts.append(
+            {"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments}
+        )
+    reason = getattr(response, "finish_reason", None)
+    return {"role": "assistant", "parts": parts, "finish_reason": reason or "stop"}
 
 
 def observed_agent(agent: Agent, observer: Observer, settings: Settings) -> Agent:

@@ -117,6 +117,10 @@ class LLMResponse:
     """Fields of the provider's message reactq does not know, as sent (kept, not replayed)."""
     limits: ProviderLimits | None = None
     """What the provider said is left of its rate limits (``x-ratelimit-*`` headers)."""
+    model: str | None = None
+    """The model that answered, as the endpoint named it (None: it did not say)."""
+    response_id: str | None = None
+    """The endpoint's id of the completion (None: it gave none)."""
 
     @property
     def truncated(self) -> bool:

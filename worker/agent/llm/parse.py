@@ -159,7 +159,13 @@ def from_completion_json(data: Any) -> LLMResponse:
         usage={k: v for k in _USAGE_KEYS if isinstance(v := usage.get(k), int)},
         reasoning=_repaired(reasoning),
         extra=extra,
+        model=_text_or_none(data.get("model")),
+        response_id=_text_or_none(data.get("id")),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return repair_text(value) if isinstance(value, str) and value else None
 
 
 def _repaired(value: Any) -> Any:
@@ -206,6 +212,8 @@ class StreamAssembler:
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, int] = {}
+        self.model: str | None = None
+        self.response_id: str | None = None
         self.chunks = 0
         self.saw_choice = False
 
@@ -217,6 +225,9 @@ class StreamAssembler:
             _raise_envelope(envelope, " mid-stream")
         if getattr(chunk, "usage", None) is not None:
             self.usage = _usage(chunk.usage)
+        if self.model is None:
+            self.model = _text_or_none(getattr(chunk, "model", None))
+            self.response_id = _text_or_none(getattr(chunk, "id", None))
         for choice in chunk.choices or ():
             if (choice.index or 0) != 0:
                 continue
@@ -282,4 +293,6 @@ class StreamAssembler:
             usage=self.usage,
             reasoning=repair_text("".join(self.reasoning)) if self.reasoning else None,
             extra=self.extra,
+            model=self.model,
+            response_id=self.response_id,
         )
