@@ -119,6 +119,50 @@ def test_a_turn_streams_tool_call_and_text_events(gateway: Gateway) -> None:
     assert result.tool_call_id == start.tool_call_id
     text = "".join(e.delta for e in events if e.type is EventType.TEXT_MESSAGE_CONTENT)
     assert text.startswith("answer to: weather")
+    # Two ReAct steps: the call, then the answer after its result.
+    steps = [(e.type, e.step_name) for e in events if e.type.name.startswith("STEP_")]
+    assert steps == [
+        (EventType.STEP_STARTED, "step 1"),
+        (EventType.STEP_FINISHED, "step 1"),
+        (EventType.STEP_STARTED, "step 2"),
+        (EventType.STEP_FINISHED, "step 2"),
+    ]
+    assert kinds.index(EventType.TOOL_CALL_RESULT) < kinds.index(EventType.STEP_FINISHED)
+
+
+def test_the_runs_context_and_state_reach_the_agents_tools(gateway: Gateway) -> None:
+    body = {
+        **run_input("weather"),
+        "context": [{"description": "user's city", "value": "Lyon"}],
+        "state": {"theme": "dark"},
+    }
+    events = run(gateway, body)
+    [result] = [e for e in events if e.type is EventType.TOOL_CALL_RESULT]
+    seen = json.loads(result.content)["context"]["ag_ui"]
+    assert seen == {
+        "context": [{"description": "user's city", "value": "Lyon"}],
+        "state": {"theme": "dark"},
+    }
+
+
+def test_todos_are_state_and_a_failed_tool_a_result() -> None:
+    from reactq.producer.gateway.ag_ui.events import EventMapper
+    from reactq.shared.events import TodosEvent, ToolFailedEvent
+
+    todos = TodosEvent(session_id="s", turn_id="t", items=[{"id": "1", "text": "buy"}])
+    [delta] = EventMapper(state={"theme": "dark"}).map(todos)
+    assert delta.type is EventType.STATE_DELTA
+    assert [op.model_dump() for op in delta.delta] == [
+        {"op": "add", "path": "/todos", "value": [{"id": "1", "text": "buy"}]}
+    ]
+    [snapshot] = EventMapper(state=None).map(todos)
+    assert snapshot.type is EventType.STATE_SNAPSHOT
+    assert snapshot.snapshot == {"todos": [{"id": "1", "text": "buy"}]}
+    failed = ToolFailedEvent(session_id="s", turn_id="t", tool="x", call_id="c1", error="boom")
+    [result] = EventMapper().map(failed)
+    assert result.type is EventType.TOOL_CALL_RESULT and result.content == "error: boom"
+    for event in (delta, snapshot, result):
+        EVENTS.validate_python(event.model_dump(by_alias=True))
 
 
 def test_a_failed_turn_is_run_error(gateway: Gateway) -> None:

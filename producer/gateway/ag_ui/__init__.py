@@ -14,31 +14,14 @@ turn. What is supported, partly or not: docs/guide/ag-ui.md.
 from __future__ import annotations
 
 import contextlib
-import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ag_ui.core import (
-    BaseEvent,
-    CustomEvent,
-    ReasoningEndEvent,
-    ReasoningMessageContentEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
-    StateSnapshotEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
     ToolMessage,
     UserMessage,
 )
@@ -46,6 +29,7 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 
+from reactq.producer.gateway.ag_ui.events import EventMapper
 from reactq.producer.gateway.deps import GUARDS, AgentName, GatewayDep, ScopeDep
 from reactq.producer.gateway.errors import ERROR_RESPONSES, GatewayError
 from reactq.producer.gateway.models import ErrorBody
@@ -54,16 +38,7 @@ from reactq.producer.gateway.scopes import session_visible, touches
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
 from reactq.shared.errors import ApprovalError, ConfigError, InvalidTurnError, TurnRejectedError
-from reactq.shared.events import (
-    ActionEvent,
-    ApprovalRequestedEvent,
-    DeltaEvent,
-    FinalEvent,
-    ObservationEvent,
-    ReasoningEvent,
-    ThoughtEvent,
-    TodosEvent,
-)
+from reactq.shared.events import ApprovalRequestedEvent, FinalEvent
 from reactq.shared.events import BaseEvent as ReactqEvent
 from reactq.shared.turns import SESSION_ID_RE, MultitaskStrategy, TurnStatus
 
@@ -90,110 +65,6 @@ def _session(scope: KeyScope | None, thread_id: str) -> str:
     """The thread as a session within the key's tenant."""
     prefix = scope.prefix if scope is not None and scope.prefix else ""
     return thread_id if thread_id.startswith(prefix) else prefix + thread_id
-
-
-class _Mapper:
-    """reactq's events of one turn -> AG-UI events (one open text message at a time)."""
-
-    def __init__(self, known: set[str] | None = None) -> None:
-        self.message_id: str | None = None
-        self.answered = False
-        """Text went out since the last tool call (else the final's text is the answer)."""
-        self.known = known or set()
-        """Calls the client has already (the frontend tool calls it just answered)."""
-        self.reasoning_id: str | None = None
-
-    def calls(self, calls: list[dict[str, Any]]) -> list[BaseEvent]:
-        """Tool call start, args and end of each call (``call_id``, ``tool``, ``arguments``)."""
-        out: list[BaseEvent] = []
-        for call in calls:
-            call_id = str(call.get("call_id") or f"call-{uuid.uuid4().hex}")
-            args = call.get("arguments")
-            out += [
-                ToolCallStartEvent(tool_call_id=call_id, tool_call_name=str(call.get("tool"))),
-                ToolCallArgsEvent(
-                    tool_call_id=call_id, delta=args if isinstance(args, str) else _json(args)
-                ),
-                ToolCallEndEvent(tool_call_id=call_id),
-            ]
-        return out
-
-    def close_text(self) -> list[BaseEvent]:
-        if self.message_id is None:
-            return self.close_reasoning()
-        done = TextMessageEndEvent(message_id=self.message_id)
-        self.message_id = None
-        return [done]
-
-    def text(self, delta: str) -> list[BaseEvent]:
-        out: list[BaseEvent] = []
-        if self.message_id is None:
-            self.message_id = f"msg-{uuid.uuid4().hex}"
-            out.append(TextMessageStartEvent(message_id=self.message_id, role="assistant"))
-        self.answered = True
-        if delta:
-            out.append(TextMessageContentEvent(message_id=self.message_id, delta=delta))
-        return out
-
-    def close_reasoning(self) -> list[BaseEvent]:
-        if self.reasoning_id is None:
-            return []
-        done = [
-            ReasoningMessageEndEvent(message_id=self.reasoning_id),
-            ReasoningEndEvent(message_id=self.reasoning_id),
-        ]
-        self.reasoning_id = None
-        return done
-
-    def reasoning(self, delta: str) -> list[BaseEvent]:
-        out: list[BaseEvent] = [*self.close_text()]
-        if self.reasoning_id is None:
-            self.reasoning_id = f"reasoning-{uuid.uuid4().hex}"
-            out += [
-                ReasoningStartEvent(message_id=self.reasoning_id),
-                ReasoningMessageStartEvent(message_id=self.reasoning_id),
-            ]
-        out.append(ReasoningMessageContentEvent(message_id=self.reasoning_id, delta=delta))
-        return out
-
-    def map(self, event: ReactqEvent) -> list[BaseEvent]:
-        if isinstance(event, ReasoningEvent):
-            return self.reasoning(event.text) if event.text else []
-        return [*self.close_reasoning(), *self._map(event)]
-
-    def _map(self, event: ReactqEvent) -> list[BaseEvent]:
-        if isinstance(event, DeltaEvent):
-            return self.text(event.text)
-        if isinstance(event, ThoughtEvent):
-            # The thought repeats streamed deltas when there were some: close them instead.
-            return (
-                self.close_text()
-                if self.message_id
-                else [*self.text(event.text), *self.close_text()]
-            )
-        if isinstance(event, ActionEvent | ObservationEvent) and event.call_id in self.known:
-            return []  # a frontend tool's call and result: the client has both
-        if isinstance(event, ActionEvent):
-            self.answered = False
-            call = {"call_id": event.call_id, "tool": event.tool, "arguments": event.args}
-            return [*self.close_text(), *self.calls([call])]
-        if isinstance(event, ObservationEvent):
-            return [
-                ToolCallResultEvent(
-                    message_id=f"result-{uuid.uuid4().hex}",
-                    tool_call_id=event.call_id,
-                    content=event.output,
-                    role="tool",
-                )
-            ]
-        if isinstance(event, TodosEvent):
-            return [StateSnapshotEvent(snapshot={"todos": event.items})]
-        dumped = event.model_dump(mode="json")
-        return [CustomEvent(name=f"reactq.{dumped['type']}", value=dumped)]
-
-
-def _json(value: object) -> str:
-    return json.dumps(value if value is not None else {})
 
 
 def _tool_results(run: RunAgentInput) -> dict[str, ToolMessage]:
@@ -261,6 +132,13 @@ async def _stream(
                 agent=agent,
                 strategy=MultitaskStrategy.ENQUEUE,
                 metadata={"via": "ag-ui", "ag_ui_run_id": run.run_id},
+                # What the front end shares with the agent's tools and prompt.
+                context={
+                    "ag_ui": {
+                        "context": [c.model_dump() for c in run.context or ()],
+                        "state": run.state,
+                    }
+                },
                 tenant=scope,
                 client_tools=_client_tools(run),
             )
@@ -274,7 +152,7 @@ async def _stream(
     except GatewayError as exc:
         yield encoder.encode(RunErrorEvent(message=exc.message, code=exc.error_code))
         return
-    mapper = _Mapper(answered)
+    mapper = EventMapper(answered, state=run.state if isinstance(run.state, dict) else None)
     async for event in events:
         if isinstance(event, ApprovalRequestedEvent):
             names = {t.name for t in run.tools or ()}
@@ -282,14 +160,14 @@ async def _stream(
             if frontend:
                 # The client runs these: the run ends with their calls, and the client's
                 # next run carries the results.
-                for out in [*mapper.close_text(), *mapper.calls(frontend)]:
+                for out in [*mapper.close_text(), *mapper.calls(frontend), *mapper.close_step()]:
                     yield encoder.encode(out)
                 yield encoder.encode(RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id))
                 return
         if isinstance(event, FinalEvent):
             done = event.status is TurnStatus.COMPLETED
-            tail = mapper.text(event.text) if done and event.text and not mapper.answered else []
-            for out in [*tail, *mapper.close_text()]:
+            tail = mapper.answer(event.text) if done and event.text and not mapper.answered else []
+            for out in [*tail, *mapper.close_text(), *mapper.close_step()]:
                 yield encoder.encode(out)
             if done:
                 yield encoder.encode(RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id))
