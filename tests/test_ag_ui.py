@@ -37,6 +37,8 @@ def pool_model(request: Mapping[str, Any]) -> Reply:
         if last["role"] == "user":
             return Reply.tool_calls([("confirm_order", {"item": text})])
         return Reply.text(f"order {text}: {last['content']}")
+    if last["role"] == "user" and text.startswith("pay "):
+        return Reply.tool_calls([("pay", {"amount": int(text.split()[1])})])
     if last["role"] == "user":
         reasoning = "weighing the lookup" if text.startswith("think") else None
         return Reply.tool_calls([("lookup", {"key": text})]).but(reasoning=reasoning)
@@ -257,3 +259,30 @@ def test_ag_uis_own_javascript_client_runs_a_turn_and_a_frontend_tool(gateway: G
     assert seen["tool"] == "confirm_order" and seen["args"] == {"item": "two lamps"}
     assert seen["second"][-1] == "RUN_FINISHED"
     assert seen["answer"] == "order two lamps: yes"
+
+
+def test_an_approval_is_an_interrupt_the_next_run_resumes(gateway: Gateway) -> None:
+    body = run_input("pay 5")
+    first = run(gateway, body)
+    end = first[-1]
+    assert end.type is EventType.RUN_FINISHED and end.outcome is not None
+    assert end.outcome.type == "interrupt"
+    [interrupt] = end.outcome.interrupts
+    [start] = [e for e in first if e.type is EventType.TOOL_CALL_START]
+    assert start.tool_call_name == "pay" and interrupt.tool_call_id == start.tool_call_id
+    resume = [{"interruptId": interrupt.id, "status": "resolved"}]
+    second = run(gateway, {**body, "runId": "run-2", "resume": resume})
+    assert second[-1].type is EventType.RUN_FINISHED and second[-1].outcome is None
+    [result] = [e for e in second if e.type is EventType.TOOL_CALL_RESULT]
+    assert result.tool_call_id == start.tool_call_id and result.content == "paid 5"
+    assert not [e for e in second if e.type is EventType.TOOL_CALL_START]
+    text = "".join(e.delta for e in second if e.type is EventType.TEXT_MESSAGE_CONTENT)
+    assert text == "answer to: pay 5 tool said: paid 5"
+    # Cancelled: the call is denied, with the reason the payload gives.
+    other = run_input("pay 7")
+    [waiting] = run(gateway, other)[-1].outcome.interrupts
+    cancel = [{"interruptId": waiting.id, "status": "cancelled", "payload": {"reason": "no"}}]
+    denied = run(gateway, {**other, "runId": "run-3", "resume": cancel})
+    [refusal] = [e for e in denied if e.type is EventType.TOOL_CALL_RESULT]
+    assert refusal.content.startswith("error: ") and "no" in refusal.content
+    assert denied[-1].type is EventType.RUN_FINISHED

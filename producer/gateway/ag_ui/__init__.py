@@ -18,9 +18,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ag_ui.core import (
+    Interrupt,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
     RunStartedEvent,
     ToolMessage,
     UserMessage,
@@ -88,29 +90,82 @@ def _client_tools(run: RunAgentInput) -> list[dict[str, Any]]:
     ]
 
 
+def _decisions(run: RunAgentInput) -> dict[str, bool | str]:
+    """The run's ``resume`` entries as decisions on the calls its interrupts named:
+    ``resolved`` approves (unless its payload says ``{"approved": false}``),
+    ``cancelled`` denies (with the payload's ``reason``, if any)."""
+    out: dict[str, bool | str] = {}
+    for entry in run.resume or ():
+        payload = entry.payload if isinstance(entry.payload, dict) else {}
+        reason = payload.get("reason")
+        denial: bool | str = reason if isinstance(reason, str) and reason else False
+        if entry.status == "resolved" and payload.get("approved", True) is not False:
+            out[entry.interrupt_id] = True
+        else:
+            out[entry.interrupt_id] = denial
+    return out
+
+
+class _Resumed:
+    """A waiting turn given what the client's run answered: its events from there on,
+    and the calls the client has (their TOOL_CALL events went out with the last run)
+    or whose results it has (its frontend tools')."""
+
+    def __init__(
+        self, events: AsyncIterator[ReactqEvent], calls: set[str], results: set[str]
+    ) -> None:
+        self.events, self.calls, self.results = events, calls, results
+
+
 async def _resume(
-    gateway: Gateway, session_id: str, results: dict[str, ToolMessage]
-) -> tuple[AsyncIterator[ReactqEvent], set[str]]:
-    """Give the thread's waiting turn the client's results; its events from there on.
-    GatewayError when no call of the thread waits for them."""
+    gateway: Gateway,
+    session_id: str,
+    results: dict[str, ToolMessage],
+    decisions: dict[str, bool | str],
+) -> _Resumed:
+    """Give the thread's waiting turn the client's tool results and its decisions on
+    the interrupts. GatewayError when no call of the thread waits for them."""
     producer = gateway.producer
-    pending = [p for p in await producer.pending_approvals(session_id) if p.call_id in results]
+    asked = set(results) | set(decisions)
+    pending = [p for p in await producer.pending_approvals(session_id) if p.call_id in asked]
     if not pending:
         raise GatewayError(
-            "no call of this thread waits for a tool result with these toolCallIds: "
-            f"{sorted(results)}",
+            "no call of this thread waits for these tool results or interrupt answers: "
+            f"{sorted(asked)}",
             status=409,
             error_code="no_waiting_call",
         )
     turn_id = pending[0].turn_id
     answered = {p.call_id for p in pending if p.turn_id == turn_id}
-    for call_id in sorted(answered):
+    decided = {c: d for c, d in decisions.items() if c in answered}
+    if decided:
+        await producer.decide(turn_id, decided, by="ag-ui")
+    for call_id in sorted(answered & set(results)):
         message = results[call_id]
         if message.error:
             await producer.complete_tool(turn_id, call_id, error=message.error, by="ag-ui")
         else:
             await producer.complete_tool(turn_id, call_id, message.content, by="ag-ui")
-    return events_after_decisions(producer, session_id, turn_id, answered), answered
+    events = events_after_decisions(producer, session_id, turn_id, answered)
+    return _Resumed(events, answered, answered & set(results))
+
+
+def _interrupted(calls: list[dict[str, Any]], run: RunAgentInput) -> RunFinishedEvent:
+    """The end of a run whose turn waits for a person's decision on ``calls``."""
+    interrupts = [
+        Interrupt(
+            id=str(c.get("call_id")),
+            reason="approval",
+            message=f"{c.get('tool')} waits for a person's approval",
+            tool_call_id=str(c.get("call_id")),
+        )
+        for c in calls
+    ]
+    return RunFinishedEvent(
+        thread_id=run.thread_id,
+        run_id=run.run_id,
+        outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+    )
 
 
 async def _stream(
@@ -119,12 +174,14 @@ async def _stream(
     encoder = EventEncoder()
     yield encoder.encode(RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id))
     session_id = _session(scope, run.thread_id)
-    results = _tool_results(run)
+    results, decisions = _tool_results(run), _decisions(run)
     events: AsyncIterator[ReactqEvent]
-    answered: set[str] = set()
+    known_calls: set[str] = set()
+    known_results: set[str] = set()
     try:
-        if results:
-            events, answered = await _resume(gateway, session_id, results)
+        if results or decisions:
+            resumed = await _resume(gateway, session_id, results, decisions)
+            events, known_calls, known_results = resumed.events, resumed.calls, resumed.results
         else:
             handle = await gateway.producer.submit(
                 session_id,
@@ -152,18 +209,23 @@ async def _stream(
     except GatewayError as exc:
         yield encoder.encode(RunErrorEvent(message=exc.message, code=exc.error_code))
         return
-    mapper = EventMapper(answered, state=run.state if isinstance(run.state, dict) else None)
+    state = run.state if isinstance(run.state, dict) else None
+    mapper = EventMapper(known_calls, state=state, known_results=known_results)
     async for event in events:
         if isinstance(event, ApprovalRequestedEvent):
+            # The run ends with the calls the turn waits for: the client runs its own
+            # (frontend tools) and its next run carries their results; a person decides
+            # the others (interrupts), answered by the next run's ``resume``.
             names = {t.name for t in run.tools or ()}
-            frontend = [c for c in event.calls if c.get("tool") in names]
-            if frontend:
-                # The client runs these: the run ends with their calls, and the client's
-                # next run carries the results.
-                for out in [*mapper.close_text(), *mapper.calls(frontend), *mapper.close_step()]:
-                    yield encoder.encode(out)
+            people = [c for c in event.calls if c.get("tool") not in names]
+            tail = [*mapper.close_text(), *mapper.calls(event.calls), *mapper.close_step()]
+            for out in tail:
+                yield encoder.encode(out)
+            if people:
+                yield encoder.encode(_interrupted(people, run))
+            else:
                 yield encoder.encode(RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id))
-                return
+            return
         if isinstance(event, FinalEvent):
             done = event.status is TurnStatus.COMPLETED
             tail = mapper.answer(event.text) if done and event.text and not mapper.answered else []

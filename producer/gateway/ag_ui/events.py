@@ -60,15 +60,22 @@ def _json(value: object) -> str:
 class EventMapper:
     """One turn's events -> AG-UI events.
 
-    ``known``: calls the client has already (the frontend tool calls it just
-    answered), not streamed again. ``state``: the client's state object (None when it
-    sent none): todo lists are patches on it."""
+    ``known``: calls the client has already (their TOOL_CALL events went out with the
+    run before), not streamed again; ``known_results``: calls whose results it has (its
+    frontend tools'). ``state``: the client's state object (None when it sent none):
+    todo lists are patches on it."""
 
-    def __init__(self, known: set[str] | None = None, state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        known: set[str] | None = None,
+        state: dict[str, Any] | None = None,
+        known_results: set[str] | None = None,
+    ) -> None:
         self.message_id: str | None = None
         self.answered = False
         """Text went out since the last tool call (else the final's text is the answer)."""
         self.known = known or set()
+        self.known_results = self.known if known_results is None else known_results
         self.state = state
         self.reasoning_id: str | None = None
         self.step = 0
@@ -174,11 +181,13 @@ class EventMapper:
                 if self.message_id
                 else [*self.text(event.text), *self.close_text()]
             )
+        if isinstance(event, ActionEvent) and event.call_id in self.known:
+            return []  # the client has this call (it went out with the last run)
         if (
-            isinstance(event, ActionEvent | ObservationEvent | ToolFailedEvent)
-            and event.call_id in self.known
+            isinstance(event, ObservationEvent | ToolFailedEvent)
+            and event.call_id in self.known_results
         ):
-            return []  # a frontend tool's call and result: the client has both
+            return []  # a frontend tool's result: the client gave it
         if isinstance(event, ActionEvent):
             self.answered = False
             call = {"call_id": event.call_id, "tool": event.tool, "arguments": event.args}
