@@ -146,6 +146,7 @@ async def test_a_turn_is_one_trace_from_publish_to_model_and_tool_calls(
     assert chats[0]["kind"] == "CLIENT" and turn["kind"] == tool["kind"] == "INTERNAL"
     assert chats[0]["attributes"]["gen_ai.operation.name"] == "chat"
     assert chats[0]["attributes"]["gen_ai.request.model"] == "scripted"
+    assert chats[0]["attributes"]["gen_ai.conversation.id"] == sid
     assert chats[0]["attributes"]["gen_ai.usage.input_tokens"] > 0
     assert chats[0]["attributes"]["gen_ai.response.finish_reasons"] == ["tool_calls"]
     assert tool["parent_id"] == turn["span_id"]

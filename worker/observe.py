@@ -13,6 +13,7 @@ happens only when tracing is on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import json
 import os
@@ -45,6 +46,12 @@ CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 results on the spans (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``). Off by default: they are
 the users' data."""
+
+
+_SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "reactq_observed_session", default=None
+)
+"""The session of the turn running in this task: its model calls' conversation id."""
 
 
 def capture_content(environ: Mapping[str, str] | None = None) -> bool:
@@ -88,6 +95,7 @@ class ObservedRunner(AgentRunner):
             m.turns_started.labels(agent).inc()
             m.in_flight.labels(m.worker).inc()
         span = self._start_span(kwargs["session_id"], kwargs["turn_id"], attempt)
+        session = _SESSION.set(kwargs["session_id"])
         try:
             with log_context(turn_id=kwargs["turn_id"], attempt=attempt, agent=agent):
                 if span is None:
@@ -107,6 +115,7 @@ class ObservedRunner(AgentRunner):
             status = "cancelled"
             raise
         finally:
+            _SESSION.reset(session)
             elapsed = time.monotonic() - started
             if m is not None:
                 m.in_flight.labels(m.worker).dec()
@@ -159,6 +168,9 @@ class ObservingHooks(Hooks):
                 g.GEN_AI_AGENT_NAME: self.agent,
                 "reactq.iteration": iteration,
             }
+            session = _SESSION.get()
+            if session is not None:
+                attributes[g.GEN_AI_CONVERSATION_ID] = session
             if self.observer.content:
                 attributes[g.GEN_AI_INPUT_MESSAGES] = json.dumps(
                     [_message_parts(m) for m in messages], ensure_ascii=False
