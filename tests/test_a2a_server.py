@@ -34,6 +34,7 @@ from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
 from tests.gateway_support import Gateway, start_gateway
 from tests.helpers import running_pool
+from tests.js_support import run_script
 from tests.test_mcp_server import pool_model
 
 pytestmark = pytest.mark.e2e
@@ -254,3 +255,17 @@ def test_bad_inputs_are_jsonrpc_errors(gateway: Gateway) -> None:
         response = httpx.post(url, headers=headers, content=body)
         assert response.status_code < 500, (name, response.text)
         assert response.json()["error"]["code"] == code, (name, response.text)
+
+
+def test_a2as_own_javascript_client_sends_streams_and_speaks_0_3(gateway: Gateway) -> None:
+    seen = run_script("a2a_client.mjs", gateway.url, KEY, "helper", packages=("@a2a-js/sdk@1",))
+    completed = int(TaskState.TASK_STATE_COMPLETED)
+    assert seen["first"]["state"] == completed
+    assert seen["first"]["answer"].startswith("answer to: hello js (seen 1)")
+    assert seen["again"]["context"] == seen["first"]["context"]
+    assert "(seen 2)" in seen["again"]["answer"]
+    assert seen["got"]["state"] == completed
+    assert seen["streamed"][0] == "task" and "artifactUpdate" in seen["streamed"]
+    assert seen["streamed"][-1] == "statusUpdate"
+    assert seen["streamedAnswer"].startswith("answer to: streamed js")
+    assert seen["legacy"]["answer"].startswith("answer to: from 0.3")
