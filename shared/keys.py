@@ -227,6 +227,11 @@ class Keys:
             "event_queue_prefix": self.celery_events,
         }
 
+    def a2a_push(self, task_id: str) -> str:
+        """A hash: an A2A task's push notification configs (config id -> JSON) and
+        what was sent to each (``sent:<config>:<state>``)."""
+        return f"{self.namespace}:a2a:push:{task_id}"
+
     def a2a_tasks(self, tenant: str) -> str:
         """A sorted set: the turns the gateway's A2A surface started for a tenant (its
         session prefix; ``""`` without one), by submit time, for ``ListTasks``."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,12 @@ import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.client.client import Client
 from a2a.types.a2a_pb2 import (
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
@@ -28,9 +34,10 @@ from a2a.types.a2a_pb2 import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
 from tests.gateway_support import Gateway, start_gateway
 from tests.helpers import running_pool
@@ -56,7 +63,9 @@ def gateway(
         pool_model,
         agents="tests.mcp_servers.gateway_agents:agents",
     ) as env:
-        gw = start_gateway({**env, "REACTQ_API_KEYS": KEYS}, Path(tmp), KEY)
+        # The push notifications' receiver is this test process, on 127.0.0.1.
+        allow = {"REACTQ_WEBHOOK_ALLOW_HOSTS": "127.0.0.1:*"}
+        gw = start_gateway({**env, "REACTQ_API_KEYS": KEYS, **allow}, Path(tmp), KEY)
         try:
             yield gw
         finally:
@@ -269,3 +278,107 @@ def test_a2as_own_javascript_client_sends_streams_and_speaks_0_3(gateway: Gatewa
     assert seen["streamed"][-1] == "statusUpdate"
     assert seen["streamedAnswer"].startswith("answer to: streamed js")
     assert seen["legacy"]["answer"].startswith("answer to: from 0.3")
+
+
+class PushReceiver:
+    """An HTTP server on 127.0.0.1 keeping every POST (headers, JSON body)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[dict[str, str], dict[str, Any]]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                receiver.got.append((headers, json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/push"
+
+    def states(self, task_id: str) -> list[str]:
+        out = []
+        for _, body in self.got:
+            if "task" in body and body["task"]["id"] == task_id:
+                out.append(body["task"]["status"]["state"])
+            elif "statusUpdate" in body and body["statusUpdate"]["taskId"] == task_id:
+                out.append(body["statusUpdate"]["status"]["state"])
+        return out
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_push_notifications_reach_a_local_receiver(gateway: Gateway) -> None:
+    receiver = PushReceiver()
+
+    async def until(task_id: str, state: str) -> list[str]:
+        for _ in range(300):
+            if state in receiver.states(task_id):
+                return receiver.states(task_id)
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{task_id} never pushed {state}: {receiver.got}")
+
+    async def scenario() -> None:
+        async with connect(gateway) as client:
+            # Registered with the send: the receiver gets the task's end, once.
+            config = TaskPushNotificationConfig(
+                url=receiver.url,
+                token="tok-1",
+                authentication=AuthenticationInfo(scheme="Bearer", credentials="cred-1"),
+            )
+            request = user("pushed")
+            request.configuration.task_push_notification_config.CopyFrom(config)
+            request.configuration.return_immediately = True
+            task = await send(client, request)
+            states = await until(task.id, "TASK_STATE_COMPLETED")
+            assert states.count("TASK_STATE_COMPLETED") == 1
+            headers, body = next((h, b) for h, b in receiver.got if "task" in b)
+            assert headers["x-a2a-notification-token"] == "tok-1"
+            assert headers["authorization"] == "Bearer cred-1"
+            assert body["task"]["artifacts"][0]["parts"][0]["text"].startswith("answer to: pushed")
+            # Set on a running task, then read, listed and deleted through the client.
+            slow = await send(client, _immediately(user("sleep=2 slow")))
+            made = await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=slow.id, url=receiver.url, token="tok-2")
+            )
+            assert made.id and made.task_id == slow.id
+            got = await client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=slow.id, id=made.id)
+            )
+            assert got.url == receiver.url
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=slow.id)
+            )
+            assert [c.id for c in listed.configs] == [made.id]
+            await until(slow.id, "TASK_STATE_COMPLETED")
+            await client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=slow.id, id=made.id)
+            )
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=slow.id)
+            )
+            assert list(listed.configs) == []
+            # A URL no webhook could have is refused (a private address not allowed).
+            with pytest.raises(InvalidParamsError):
+                await client.create_task_push_notification_config(
+                    TaskPushNotificationConfig(task_id=slow.id, url="http://10.1.2.3/hook")
+                )
+
+    try:
+        run(scenario())
+    finally:
+        receiver.stop()
+
+
+def _immediately(request: SendMessageRequest) -> SendMessageRequest:
+    request.configuration.return_immediately = True
+    return request

@@ -111,5 +111,17 @@ def install(app: FastAPI) -> None:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Nothing runs beside the app for it."""
-    yield
+    """The push notifications' follower of tasks (``push.py``): it resumes the tasks a
+    gateway before it followed, and stops with the app."""
+    if not available():
+        yield
+        return
+    from reactq.producer.gateway.a2a.push import Pusher
+
+    pusher = Pusher(app.state.gateway)
+    app.state.a2a_pusher = pusher
+    await pusher.resume()
+    try:
+        yield
+    finally:
+        await pusher.close()

@@ -1,5 +1,5 @@
 """The agent card of each hosted agent: its description, one skill for the agent and
-one per tool, streaming (push notifications not yet), the gateway's bearer keys as its
+one per tool, streaming and push notifications, the gateway's bearer keys as its
 security scheme, and its JSON-RPC interface at ``/a2a/{agent}``."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def card_of(catalogue: AgentTools, base_url: str, keys_enabled: bool) -> AgentCa
         ],
         provider=AgentProvider(organization="reactq", url=base_url),
         version=_version(),
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=INPUT_MODES,
         default_output_modes=OUTPUT_MODES,
         skills=skills,

@@ -41,6 +41,7 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
         context.state[CallerState.AGENT] = request.path_params["agent"]
         context.state[CallerState.SCOPE] = scope_of(request)
         context.state[CallerState.GATEWAY] = gateway_of(request)
+        context.state[CallerState.PUSHER] = request.app.state.a2a_pusher
         return context
 
 

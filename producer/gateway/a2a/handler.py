@@ -43,7 +43,6 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import (
     InvalidParamsError,
     InvalidRequestError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -51,6 +50,7 @@ from a2a.utils.errors import (
 
 from reactq.producer.gateway.a2a.index import TaskIndex
 from reactq.producer.gateway.a2a.messages import approval_answer, input_of
+from reactq.producer.gateway.a2a.push import Pusher
 from reactq.producer.gateway.a2a.tasks import SETTLED, TERMINAL, state_of, task_of
 from reactq.producer.gateway.scopes import session_visible
 from reactq.producer.gateway.security import KeyScope
@@ -75,11 +75,17 @@ class CallerState:
     AGENT = "reactq.agent"
     SCOPE = "reactq.scope"
     GATEWAY = "reactq.gateway"
+    PUSHER = "reactq.pusher"
 
 
 def _caller(context: ServerCallContext) -> tuple[Gateway, KeyScope | None, str]:
     state = context.state
     return state[CallerState.GATEWAY], state[CallerState.SCOPE], state[CallerState.AGENT]
+
+
+def _pusher(context: ServerCallContext) -> Pusher:
+    pusher: Pusher = context.state[CallerState.PUSHER]
+    return pusher
 
 
 def _new_session(scope: KeyScope | None) -> str:
@@ -169,6 +175,12 @@ class ReactqRequestHandler(RequestHandler):
         except ReactqError as exc:
             raise InvalidRequestError(exc.message) from None
         await TaskIndex(gateway).add(scope, handle.turn_id)
+        if params.configuration.HasField("task_push_notification_config"):
+            config = TaskPushNotificationConfig()
+            config.CopyFrom(params.configuration.task_push_notification_config)
+            config.task_id = handle.turn_id
+            await _pusher(context).configs.put(config)
+            _pusher(context).follow(handle.turn_id)
         return handle
 
     async def on_message_send(
@@ -298,26 +310,37 @@ class ReactqRequestHandler(RequestHandler):
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        """Not served: push notifications are not offered yet."""
-        raise PushNotificationNotSupportedError()
+        """Register a URL the task's updates are POSTed to (``push.py``)."""
+        info = await self._turn(context, params.task_id)
+        stored = await _pusher(context).configs.put(params)
+        _pusher(context).follow(info.turn_id)
+        return stored
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        """Not served: push notifications are not offered yet."""
-        raise PushNotificationNotSupportedError()
+        """One of the task's push configs."""
+        await self._turn(context, params.task_id)
+        found = await _pusher(context).configs.get(params.task_id, params.id)
+        if found is None:
+            raise InvalidParamsError(f"task {params.task_id!r} has no push config {params.id!r}")
+        return found
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        """Not served: push notifications are not offered yet."""
-        raise PushNotificationNotSupportedError()
+        """The task's push configs (one page: a task has few)."""
+        await self._turn(context, params.task_id)
+        configs = await _pusher(context).configs.all(params.task_id)
+        return ListTaskPushNotificationConfigsResponse(configs=configs)
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        """Not served: push notifications are not offered yet."""
-        raise PushNotificationNotSupportedError()
+        """Forget one of the task's push configs."""
+        await self._turn(context, params.task_id)
+        if not await _pusher(context).configs.delete(params.task_id, params.id):
+            raise InvalidParamsError(f"task {params.task_id!r} has no push config {params.id!r}")
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
