@@ -9,7 +9,7 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -39,6 +39,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
+from reactq.worker.agent.llm.replies import Reply
 from tests.gateway_support import Gateway, start_gateway
 from tests.helpers import running_pool
 from tests.js_support import run_script
@@ -382,3 +383,40 @@ def test_push_notifications_reach_a_local_receiver(gateway: Gateway) -> None:
 def _immediately(request: SendMessageRequest) -> SendMessageRequest:
     request.configuration.return_immediately = True
     return request
+
+
+def files_model(request: Mapping[str, Any]) -> Reply:
+    """Write ``a2a.md``, then answer."""
+    if request["messages"][-1]["role"] == "user":
+        return Reply.tool_calls([("write_file", {"path": "a2a.md", "content": "from a2a\n"})])
+    return Reply.text("wrote it")
+
+
+def test_files_a_turn_changed_are_artifacts(redis_url: str, namespace: str, tmp_path: Path) -> None:
+    env_extra = {"REACTQ_WORKSPACE_ROOT": str(tmp_path / "workspaces")}
+    with running_pool(
+        redis_url,
+        f"{namespace}-a2a-files",
+        tmp_path,
+        files_model,
+        agents="tests.bundle_agents:agent",
+        **env_extra,
+    ) as env:
+        gw = start_gateway({**env, "REACTQ_API_KEYS": KEY}, tmp_path, KEY, name="a2a-files")
+        try:
+
+            async def scenario() -> tuple[Task, Task]:
+                async with connect(gw, "files") as client:
+                    task = await send(client, user("write it"))
+                    return task, await client.get_task(GetTaskRequest(id=task.id))
+
+            task, got = run(scenario())
+        finally:
+            gw.stop()
+    assert answer(task) == "wrote it"
+    for seen in (task, got):
+        files = [a for a in seen.artifacts if a.name == "a2a.md"]
+        assert len(files) == 1
+        record = dict(files[0].parts[0].data.struct_value)
+        assert record["path"] == "a2a.md" and record["kind"] == "created"
+        assert "+from a2a" in record["diff"]

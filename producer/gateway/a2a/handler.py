@@ -51,7 +51,13 @@ from a2a.utils.errors import (
 from reactq.producer.gateway.a2a.index import TaskIndex
 from reactq.producer.gateway.a2a.messages import approval_answer, input_of
 from reactq.producer.gateway.a2a.push import Pusher
-from reactq.producer.gateway.a2a.tasks import SETTLED, TERMINAL, state_of, task_of
+from reactq.producer.gateway.a2a.tasks import (
+    SETTLED,
+    TERMINAL,
+    state_of,
+    task_of,
+    task_with_files,
+)
 from reactq.producer.gateway.scopes import session_visible
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
@@ -108,6 +114,10 @@ class ReactqRequestHandler(RequestHandler):
         if owner is not None and owner != agent:
             raise TaskNotFoundError(f"no task {task_id!r}")
         return info
+
+    async def _task(self, context: ServerCallContext, info: TurnInfo) -> Task:
+        gateway, _, _ = _caller(context)
+        return await task_with_files(gateway, info)
 
     async def _settled(self, context: ServerCallContext, task_id: str, past: set[str]) -> TurnInfo:
         """The turn once it ended or waits for approval of calls not in ``past``."""
@@ -190,11 +200,11 @@ class ReactqRequestHandler(RequestHandler):
         (ended, or ``input-required``); at once with ``returnImmediately``."""
         if params.message.task_id:
             info, past = await self._decide(context, params.message)
-            return task_of(await self._settled(context, info.turn_id, past))
+            return await self._task(context, await self._settled(context, info.turn_id, past))
         handle = await self._submit(context, params)
         if params.configuration.return_immediately:
             return task_of(await self._turn(context, handle.turn_id))
-        return task_of(await self._settled(context, handle.turn_id, set()))
+        return await self._task(context, await self._settled(context, handle.turn_id, set()))
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -227,7 +237,7 @@ class ReactqRequestHandler(RequestHandler):
                 ):
                     if info.status not in TERMINAL:
                         continue  # an approval already decided: the turn runs on
-                task = task_of(info)
+                task = await self._task(context, info)
                 for artifact in task.artifacts:
                     yield TaskArtifactUpdateEvent(
                         task_id=turn_id, context_id=session_id, artifact=artifact, last_chunk=True
@@ -259,7 +269,7 @@ class ReactqRequestHandler(RequestHandler):
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         """The task of a turn the caller may see."""
-        return task_of(await self._turn(context, params.id))
+        return await self._task(context, await self._turn(context, params.id))
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext

@@ -34,7 +34,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict, MessageToJson, Parse
 
-from reactq.producer.gateway.a2a.tasks import TERMINAL, task_of
+from reactq.producer.gateway.a2a.tasks import TERMINAL, task_with_files
 from reactq.producer.gateway.service import Gateway
 from reactq.shared.errors import WebhookRefusedError
 from reactq.shared.events import ApprovalRequestedEvent, FinalEvent
@@ -167,7 +167,7 @@ class Pusher:
         info = await self.gateway.producer.turn_info(task_id)
         if info is None:
             return
-        task = task_of(info)
+        task = await task_with_files(self.gateway, info)
         if status in TERMINAL or status is TurnStatus.AWAITING_APPROVAL:
             await self._push(task_id, task.status.state, task)
         elif status is TurnStatus.RUNNING:

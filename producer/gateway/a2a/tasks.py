@@ -1,16 +1,21 @@
 """A reactq turn as an A2A task: its state from the turn's status, its answer as an
-artifact (the text, and the structured output as a data part), a parked turn's waiting
-calls as the ``input-required`` message."""
+artifact (the text, and the structured output as a data part), each file its tools
+changed in the workspace as an artifact (a data part: path, kind, size, diff), a parked
+turn's waiting calls as the ``input-required`` message."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from a2a.types.a2a_pb2 import Artifact, Part, Task, TaskState, TaskStatus
 
 from reactq.producer.gateway.a2a.messages import agent_message
+from reactq.producer.gateway.service import Gateway
 from reactq.producer.turn_lookup import TurnInfo
+from reactq.shared.events import FileChangeEvent
 from reactq.shared.turns import TurnStatus
 
-__all__ = ["SETTLED", "TERMINAL", "state_of", "task_of"]
+__all__ = ["SETTLED", "TERMINAL", "state_of", "task_of", "task_with_files"]
 
 _STATES: dict[TurnStatus, TaskState] = {
     TurnStatus.QUEUED: TaskState.TASK_STATE_SUBMITTED,
@@ -47,8 +52,8 @@ def _waiting_text(info: TurnInfo) -> str:
     )
 
 
-def task_of(info: TurnInfo) -> Task:
-    """The A2A task of a turn."""
+def task_of(info: TurnInfo, changes: Sequence[FileChangeEvent] = ()) -> Task:
+    """The A2A task of a turn (``changes``: the files its tools changed)."""
     state = state_of(info.status)
     task = Task(id=info.turn_id, context_id=info.session_id, status=TaskStatus(state=state))
     final = info.final
@@ -71,4 +76,34 @@ def task_of(info: TurnInfo) -> Task:
             task.artifacts.append(
                 Artifact(artifact_id=f"{info.turn_id}-answer", name="answer", parts=parts)
             )
+            for index, change in enumerate(changes):
+                task.artifacts.append(_file_artifact(info.turn_id, index, change))
     return task
+
+
+def _file_artifact(turn_id: str, index: int, change: FileChangeEvent) -> Artifact:
+    data = Part(media_type="application/json")
+    record = {"path": change.path, "kind": change.kind, "size": change.size}
+    if change.from_path is not None:
+        record["fromPath"] = change.from_path
+    if change.diff:
+        record["diff"] = change.diff
+    data.data.struct_value.update(record)
+    return Artifact(
+        artifact_id=f"{turn_id}-file-{index}",
+        name=change.path,
+        description=f"{change.kind} in the workspace",
+        parts=[data],
+    )
+
+
+async def task_with_files(gateway: Gateway, info: TurnInfo) -> Task:
+    """The task of a turn, with an artifact per file its tools changed (read from the
+    session's stream: once Redis forgot the turn's events, the answer only)."""
+    changes: list[FileChangeEvent] = []
+    if info.status is TurnStatus.COMPLETED:
+        events = await gateway.producer.bus.read(info.session_id, after="0")
+        changes = [
+            e for e in events if isinstance(e, FileChangeEvent) and e.turn_id == info.turn_id
+        ]
+    return task_of(info, changes)
