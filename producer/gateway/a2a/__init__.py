@@ -120,7 +120,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     pusher = Pusher(app.state.gateway)
     app.state.a2a_pusher = pusher
-    await pusher.resume()
+    pusher.resume()
     try:
         yield
     finally:

@@ -39,7 +39,7 @@ from reactq.producer.gateway.service import Gateway
 from reactq.shared.errors import WebhookRefusedError
 from reactq.shared.events import ApprovalRequestedEvent, FinalEvent
 from reactq.shared.netcheck import AllowList
-from reactq.shared.redis_client import text
+from reactq.shared.redis_client import REDIS_OUTAGE, text
 from reactq.shared.turns import TurnStatus
 from reactq.shared.webhooks import check_url
 
@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 _ATTEMPTS = 3
 _BACKOFF_SECONDS = 0.5
+_RESUME_RETRY_SECONDS = 5.0
 
 
 class PushConfigs:
@@ -123,10 +124,19 @@ class Pusher:
         if running is None or running.done():
             self._following[task_id] = asyncio.create_task(self._follow(task_id))
 
-    async def resume(self) -> None:
-        """Follow again the tasks with configs that have not ended (a gateway restarted)."""
-        for task_id in await self.configs.followed():
-            self.follow(task_id)
+    def resume(self) -> None:
+        """Follow again, in the background, the tasks with configs that have not ended (a
+        gateway restarted); while Redis does not answer, try again later."""
+        self._following[""] = asyncio.create_task(self._resume())
+
+    async def _resume(self) -> None:
+        while True:
+            try:
+                for task_id in await self.configs.followed():
+                    self.follow(task_id)
+                return
+            except REDIS_OUTAGE:
+                await asyncio.sleep(_RESUME_RETRY_SECONDS)
 
     async def close(self) -> None:
         """Stop following; the configs stay for the next gateway."""
