@@ -122,12 +122,19 @@ async def _resume(
     session_id: str,
     results: dict[str, ToolMessage],
     decisions: dict[str, bool | str],
+    frontend: set[str],
 ) -> _Resumed:
     """Give the thread's waiting turn the client's tool results and its decisions on
     the interrupts. GatewayError when no call of the thread waits for them."""
     producer = gateway.producer
     asked = set(results) | set(decisions)
-    pending = [p for p in await producer.pending_approvals(session_id) if p.call_id in asked]
+    pending = [
+        p
+        for p in await producer.pending_approvals(session_id)
+        # A tool result answers a frontend tool's call only: a call of the agent's own
+        # tools is decided (an interrupt), never given a result by the client.
+        if (p.call_id in results and p.tool in frontend) or p.call_id in decisions
+    ]
     if not pending:
         raise GatewayError(
             "no call of this thread waits for these tool results or interrupt answers: "
@@ -136,18 +143,20 @@ async def _resume(
             error_code="no_waiting_call",
         )
     turn_id = pending[0].turn_id
-    answered = {p.call_id for p in pending if p.turn_id == turn_id}
-    decided = {c: d for c, d in decisions.items() if c in answered}
+    mine = [p for p in pending if p.turn_id == turn_id]
+    answered = {p.call_id for p in mine}
+    given = {p.call_id for p in mine if p.call_id in results and p.tool in frontend}
+    decided = {c: d for c, d in decisions.items() if c in answered and c not in given}
     if decided:
         await producer.decide(turn_id, decided, by="ag-ui")
-    for call_id in sorted(answered & set(results)):
+    for call_id in sorted(given):
         message = results[call_id]
         if message.error:
             await producer.complete_tool(turn_id, call_id, error=message.error, by="ag-ui")
         else:
             await producer.complete_tool(turn_id, call_id, message.content, by="ag-ui")
     events = events_after_decisions(producer, session_id, turn_id, answered)
-    return _Resumed(events, answered, answered & set(results))
+    return _Resumed(events, answered, given)
 
 
 def _interrupted(calls: list[dict[str, Any]], run: RunAgentInput) -> RunFinishedEvent:
@@ -180,7 +189,8 @@ async def _stream(
     known_results: set[str] = set()
     try:
         if results or decisions:
-            resumed = await _resume(gateway, session_id, results, decisions)
+            frontend = {t.name for t in run.tools or ()}
+            resumed = await _resume(gateway, session_id, results, decisions, frontend)
             events, known_calls, known_results = resumed.events, resumed.calls, resumed.results
         else:
             handle = await gateway.producer.submit(

@@ -450,6 +450,17 @@ async def _answer(gateway: Gateway, info: TurnInfo, given: RequestInput, by: str
     call it does not wait for, a 409 for one answered already or a turn that waits for
     nothing."""
     producer = gateway.producer
+    client = set(info.metadata.get(_KEY, {}).get("client_tools") or ())
+    for call in info.pending_approvals:
+        if call.call_id in given.results and call.tool not in client:
+            # The agent's own tool: a person decides it, a client never gives its result.
+            raise GatewayError(
+                f"call {call.call_id!r} is of the agent's tool {call.tool!r}: answer it with "
+                "an mcp_approval_response",
+                status=409,
+                error_code="not_a_client_call",
+                field="body.input",
+            )
     error: ApprovalError
     try:
         if given.decisions:
