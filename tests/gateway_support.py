@@ -335,3 +335,27 @@ async def open_stream(
     first = await stream.chunk()
     assert first is not None and first.startswith(b"retry:"), first
     return stream
+
+
+_OPENAI_CLIENTS: dict[tuple[str, str, float | None], Any] = {}
+
+
+def openai_client(gateway: Gateway, key: str, timeout: float | None = None) -> Any:
+    """The ``openai`` SDK's client of the gateway's ``/v1`` for ``key`` (one per key,
+    until ``close_openai_clients``: a client left to the garbage collector may drop its
+    sockets unclosed, a ResourceWarning in whichever test runs then)."""
+    import openai
+
+    found = _OPENAI_CLIENTS.get((gateway.url, key, timeout))
+    if found is None:
+        options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        found = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0, **options)
+        _OPENAI_CLIENTS[(gateway.url, key, timeout)] = found
+    return found
+
+
+def close_openai_clients() -> None:
+    """Close every client ``openai_client`` made."""
+    for made in _OPENAI_CLIENTS.values():
+        made.close()
+    _OPENAI_CLIENTS.clear()

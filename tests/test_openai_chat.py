@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from reactq.worker.agent.llm.replies import Reply
-from tests.gateway_support import Gateway, start_gateway
+from tests.gateway_support import Gateway, close_openai_clients, openai_client, start_gateway
 from tests.helpers import last_user_text, running_pool
 
 pytestmark = pytest.mark.e2e
@@ -59,11 +59,13 @@ def gateway(
         try:
             yield gw
         finally:
+            close_openai_clients()
             gw.stop()
 
 
 def client(gateway: Gateway, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0, timeout=60)
+    client: openai.OpenAI = openai_client(gateway, key, timeout=60)
+    return client
 
 
 def test_a_stateless_run_answers_on_the_given_history(gateway: Gateway) -> None:

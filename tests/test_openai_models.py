@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.gateway_support import Gateway, start_gateway
+from tests.gateway_support import Gateway, close_openai_clients, openai_client, start_gateway
 from tests.helpers import running_pool, sleepy_lookup
 
 pytestmark = pytest.mark.e2e
@@ -32,11 +32,13 @@ def gateway(
         try:
             yield gw
         finally:
+            close_openai_clients()
             gw.stop()
 
 
 def client(gateway: Gateway, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    client: openai.OpenAI = openai_client(gateway, key)
+    return client
 
 
 def test_models_are_the_agents_a_key_may_use(gateway: Gateway) -> None:

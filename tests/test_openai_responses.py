@@ -16,7 +16,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.gateway_support import Gateway, start_gateway
+from tests.gateway_support import Gateway, close_openai_clients, openai_client, start_gateway
 from tests.helpers import Reply, last_user_text, running_pool, sleepy_lookup
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +38,7 @@ def gateway(
         try:
             yield gw
         finally:
+            close_openai_clients()
             gw.stop()
 
 
@@ -62,7 +63,8 @@ def model(request: Mapping[str, Any]) -> Reply:
 
 
 def client(gateway: Gateway, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    client: openai.OpenAI = openai_client(gateway, key)
+    return client
 
 
 def test_a_response_is_the_agents_answer(gateway: Gateway) -> None:

@@ -162,8 +162,7 @@ class LoopConfig:
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     """How deep a chain of delegations may go below the turn a person submitted."""
     client_tools: Sequence[ClientTool] = ()
-    """Tools the turn's caller runs (set per turn from ``TurnRequest.client_tools``): the
-    model sees them (native mode only); a call to one waits for the caller's result."""
+    """Tools the turn's caller runs (per turn): a call to one waits for their result."""
 
     def __post_init__(self) -> None:
         model = self.model
