@@ -253,6 +253,10 @@ class Settings(BaseModel):
         None, json_schema_extra={"env": "OTEL_TRACES_EXPORTER"}
     )
     """``console`` prints spans to stderr when no OTLP endpoint is set."""
+    otel_capture_content: bool = Field(
+        False, json_schema_extra={"env": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"}
+    )
+    """Record messages and tool data on the spans (the GenAI conventions' opt-in)."""
     sse_client_buffer_bytes: int = Field(
         8 * 1024 * 1024, ge=1, json_schema_extra={"env": "REACTQ_SSE_CLIENT_BUFFER_BYTES"}
     )

@@ -331,7 +331,7 @@ class Bridge:
             self.metrics.registry.register(QueueDepthCollector(broker, s.namespace, lambda: agents))
             self.metrics.serve(s.metrics_port, s.metrics_address)
             log.info("metrics on %s:%d/metrics", s.metrics_address, s.metrics_port)
-        return Observer(self.metrics, s.tracing)
+        return Observer(self.metrics, s.tracing, s.otel_capture_content)
 
     def begin_shutdown(self) -> None:
         """Warm shutdown (from any thread): finish running turns within the grace period.

@@ -16,7 +16,6 @@ import asyncio
 import contextvars
 import dataclasses
 import json
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -42,11 +41,10 @@ __all__ = [
 
 
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""The GenAI conventions' opt-in: ``true`` records the messages, tool arguments and
-results on the spans (``gen_ai.input.messages``, ``gen_ai.output.messages``,
-``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``). Off by default: they are
-the users' data."""
-
+"""The GenAI conventions' opt-in (``Settings.otel_capture_content``): ``true`` records
+the messages, tool arguments and results on the spans (``gen_ai.input.messages``,
+``gen_ai.output.messages``, ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``).
+Off by default: they are the users' data."""
 
 _SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "reactq_observed_session", default=None
@@ -55,9 +53,8 @@ _SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 def capture_content(environ: Mapping[str, str] | None = None) -> bool:
-    """True when ``CAPTURE_CONTENT`` says so (``true`` or ``1``, any case)."""
-    value = (os.environ if environ is None else environ).get(CAPTURE_CONTENT, "")
-    return value.strip().lower() in ("true", "1")
+    """True when ``CAPTURE_CONTENT`` says so (in ``environ``, else the process's)."""
+    return Settings.from_env(environ).otel_capture_content
 
 
 class Observer:
