@@ -36,6 +36,7 @@ from google.protobuf.json_format import MessageToDict, MessageToJson, Parse
 
 from reactq.producer.gateway.a2a.tasks import TERMINAL, task_with_files
 from reactq.producer.gateway.service import Gateway
+from reactq.producer.turn_lookup import TurnInfo
 from reactq.shared.errors import WebhookRefusedError
 from reactq.shared.events import ApprovalRequestedEvent, FinalEvent
 from reactq.shared.netcheck import AllowList
@@ -153,19 +154,19 @@ class Pusher:
             info = await producer.turn_info(task_id)
             if info is None:
                 return
-            await self._push_status(info.status, task_id)
+            await self._push_status(info)
             if info.status in TERMINAL:
                 return
             async for event in producer.subscribe(info.session_id, after="0"):
                 if event.turn_id != task_id:
                     continue
                 if event.type == "started":
-                    await self._push(task_id, TaskState.TASK_STATE_WORKING, None)
+                    await self._push(info, TaskState.TASK_STATE_WORKING, None)
                 elif isinstance(event, FinalEvent | ApprovalRequestedEvent):
                     now = await producer.turn_info(task_id)
                     if now is None:
                         return
-                    await self._push_status(now.status, task_id)
+                    await self._push_status(now)
                     if now.status in TERMINAL:
                         return
         except asyncio.CancelledError:
@@ -173,20 +174,16 @@ class Pusher:
         except Exception:
             logger.exception("following A2A task %s for its push notifications failed", task_id)
 
-    async def _push_status(self, status: TurnStatus, task_id: str) -> None:
-        info = await self.gateway.producer.turn_info(task_id)
-        if info is None:
-            return
-        task = await task_with_files(self.gateway, info)
-        if status in TERMINAL or status is TurnStatus.AWAITING_APPROVAL:
-            await self._push(task_id, task.status.state, task)
-        elif status is TurnStatus.RUNNING:
-            await self._push(task_id, TaskState.TASK_STATE_WORKING, None)
+    async def _push_status(self, info: TurnInfo) -> None:
+        """Push the update the turn's status calls for (none while it is queued)."""
+        if info.status in TERMINAL or info.status is TurnStatus.AWAITING_APPROVAL:
+            task = await task_with_files(self.gateway, info)
+            await self._push(info, task.status.state, task)
+        elif info.status is TurnStatus.RUNNING:
+            await self._push(info, TaskState.TASK_STATE_WORKING, None)
 
-    async def _push(self, task_id: str, state: TaskState, task: Task | None) -> None:
-        info = await self.gateway.producer.turn_info(task_id)
-        if info is None:
-            return
+    async def _push(self, info: TurnInfo, state: TaskState, task: Task | None) -> None:
+        task_id = info.turn_id
         if task is not None:
             body = StreamResponse(task=task)
         else:
