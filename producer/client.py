@@ -20,6 +20,7 @@ from reactq.producer import schedules, sessions, stateless
 from reactq.producer.approvals import ApprovalsMixin
 from reactq.producer.handles import TurnHandle
 from reactq.producer.history import HistoryMixin
+from reactq.producer.service_errors import translates_service_errors
 from reactq.producer.sessions import SessionDeleted, SessionDetail
 from reactq.producer.turn_lookup import TurnInfo, find_turn
 from reactq.shared.catalogue import AgentInfo, AgentTools
@@ -77,6 +78,7 @@ def _check_text(message: str) -> None:
         ) from None
 
 
+@translates_service_errors
 class Producer(ApprovalsMixin, HistoryMixin):
     """Puts turns on the pool's queues and reads their events and history."""
 
@@ -274,6 +276,19 @@ class Producer(ApprovalsMixin, HistoryMixin):
         within ``REACTQ_HEARTBEAT_SECONDS``); one for each definition (config version)
         live workers host, so a name live with two definitions is listed twice."""
         return await self.registry.agents(live_within=self.settings.heartbeat_seconds)
+
+    async def worker_hint(self, agent: str) -> str | None:
+        """None while a worker hosting ``agent`` beats (within
+        ``REACTQ_HEARTBEAT_SECONDS``); else the sentence saying a turn for it waits in
+        the queue until one starts (the CLI prints it, the gateway's 202 carries it)."""
+        window = self.settings.heartbeat_seconds
+        if await self.registry.live_hosts(agent, window):
+            return None
+        return (
+            f"no worker hosting agent {agent!r} has been seen in the last {window:g} s "
+            f"(namespace {self.settings.namespace!r}): the turn waits in the queue until one "
+            "starts (`reactq worker --agents MODULE:ATTR`)"
+        )
 
     async def agent_tools(self, agent: str) -> AgentTools:
         """The tools ``agent``'s model sees, with their category, source and JSON schema,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from reactq.producer.service_errors import translates_service_errors
 from reactq.shared.errors import InvalidOutputError
 from reactq.shared.events import Event, FinalEvent, QueuedEvent
 from reactq.shared.turns import TurnRequest
@@ -36,6 +37,7 @@ def _before(stream_id: str | None) -> str:
     return f"{max(ms - REPLAY_BEFORE_QUEUED_MS, 0)}-0"
 
 
+@translates_service_errors
 class TurnHandle:
     """A submitted turn: its id, its events and its outcome."""
 

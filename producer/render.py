@@ -88,7 +88,10 @@ def _approval(event: ApprovalRequestedEvent) -> str:
     waiting = "; ".join(
         f"{_call(c['tool'], c['arguments'])} (call {c['call_id']})" for c in event.calls
     )
-    return f"{waiting}: reactq approve|deny {event.turn_id} CALL"
+    ids = [str(c["call_id"]) for c in event.calls]
+    # The command to copy, once per waiting call (the turn resumes when all are decided).
+    commands = "; ".join(f"reactq approve|deny {event.turn_id} {i}" for i in ids)
+    return f"{waiting}: {commands}"
 
 
 def _decision(event: ApprovalDecidedEvent) -> str:

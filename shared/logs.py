@@ -245,7 +245,8 @@ def _plain(value: Any) -> Any:
 
 
 class _TextFormatter(logging.Formatter):
-    """The classic line, plus the context's fields as ``key=value`` at the end."""
+    """The classic line, plus the context's fields as ``key=value`` at the end, without
+    terminal colour codes."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -254,7 +255,10 @@ class _TextFormatter(logging.Formatter):
             for k, v in vars(record).items()
             if k not in _STANDARD and not k.startswith("_") and f"{v}" not in record.getMessage()
         ]
-        return f"{line} [{' '.join(fields)}]" if fields else line
+        line = f"{line} [{' '.join(fields)}]" if fields else line
+        # A file or a collector gets the codes a library coloured its text with as
+        # noise, and a terminal needs none to read a log line.
+        return _ANSI.sub("", line) if "\x1b" in line else line
 
 
 _HANDLER_MARK = "_reactq_handler"

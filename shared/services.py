@@ -28,7 +28,7 @@ import redis as redis_sync
 import redis.exceptions as redis_errors
 import sqlalchemy.exc
 
-from reactq.shared.errors import ServiceUnavailableError
+from reactq.shared.errors import ConfigError, ReactqError, ServiceUnavailableError
 from reactq.shared.logs import RedactingFilter
 from reactq.shared.redis_urls import is_cluster_url, node_url
 from reactq.shared.settings import Settings
@@ -36,6 +36,7 @@ from reactq.shared.state.backends import BACKENDS
 
 __all__ = [
     "Service",
+    "no_such_database",
     "probe_broker",
     "probe_redis",
     "redact_url",
@@ -121,8 +122,13 @@ def _from_code(tb: TracebackType | None, frames: tuple[str, ...]) -> bool:
     return False
 
 
+def _no_such_db(exc: BaseException) -> bool:
+    """Redis answered, but has no database of the URL's number (``/99`` of 16)."""
+    return isinstance(exc, redis_errors.ResponseError) and "DB index is out of range" in str(exc)
+
+
 def _kind(link: BaseException) -> tuple[str, str] | None:
-    """(service name, ``down``/``auth``/``missing``) of one exception, or None."""
+    """(service name, ``down``/``auth``/``missing``/``no_db``) of one exception, or None."""
     # The broker first: kombu wraps the Redis or socket error it met.
     if isinstance(link, amqp.exceptions.AccessRefused):
         return "broker", "auth"
@@ -130,7 +136,11 @@ def _kind(link: BaseException) -> tuple[str, str] | None:
         cause = link.__cause__
         if isinstance(cause, redis_errors.AuthenticationError | amqp.exceptions.AccessRefused):
             return "broker", "auth"
+        if cause is not None and _no_such_db(cause):
+            return "broker", "no_db"
         return "broker", "down"
+    if _no_such_db(link):
+        return "redis", "no_db"
     if isinstance(link, redis_errors.AuthenticationError):
         return "redis", "auth"
     if isinstance(link, redis_errors.ResponseError) and str(link).startswith(
@@ -179,9 +189,12 @@ def _reason(exc: BaseException, secrets: set[str]) -> str:
     return RedactingFilter(secrets).redact(text)
 
 
-def service_error(exc: BaseException, settings: Settings) -> ServiceUnavailableError | None:
+def service_error(exc: BaseException, settings: Settings) -> ReactqError | None:
     """The ``ServiceUnavailableError`` that ``exc`` amounts to, or None when it is not
-    a failure to reach (or log in to) Redis, the broker or the state database."""
+    a failure to reach (or log in to) Redis, the broker or the state database.
+
+    A Redis that answered but has no database of the URL's number is a ``ConfigError``
+    instead: the URL is wrong, and no retry mends it."""
     for link in _chain(exc):
         found = _kind(link)
         if found is None:
@@ -192,8 +205,25 @@ def service_error(exc: BaseException, settings: Settings) -> ServiceUnavailableE
             "broker": Service.broker,
             "database": Service.database,
         }[name](settings)
+        if kind == "no_db":
+            return no_such_database(service)
         return unavailable(service, link, kind)
     return None
+
+
+def no_such_database(service: Service) -> ConfigError:
+    """The error for a Redis (or Redis broker) URL whose database number the server
+    does not have."""
+    url = redact_url(service.url)
+    db = urlsplit(service.url).path.strip("/") or "0"
+    return ConfigError(
+        f"{service.label} at {url} answered but has no database {db} (DB index is out of "
+        f"range): set {service.setting.split()[0]} to a database it has, as in "
+        "redis://host:6379/0 (a server has 16, 0 to 15, unless its `databases` says otherwise)",
+        service=service.name,
+        url=url,
+        setting=service.setting.split()[0],
+    )
 
 
 def unavailable(
@@ -247,6 +277,8 @@ def probe_redis(settings: Settings) -> None:
     except (redis_errors.RedisError, redis_errors.RedisClusterException) as exc:
         raise service_error(exc, settings) or unavailable(Service.redis(settings), exc) from None
     try:
+        # PING alone passes on a database the server lacks: the SELECT comes with the
+        # connection, which PING opens.
         client.ping()
     except redis_errors.RedisError as exc:
         raise service_error(exc, settings) or unavailable(Service.redis(settings), exc) from None
@@ -265,4 +297,6 @@ def probe_broker(settings: Settings) -> None:
     except Exception as exc:
         found = _kind(exc)
         kind = found[1] if found is not None else "down"
+        if kind == "no_db":
+            raise no_such_database(service) from None
         raise unavailable(service, exc, "auth" if kind == "auth" else "down") from None

@@ -42,6 +42,9 @@ _reading: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Context
     "reactq_settings_environ", default=None
 )
 
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+"""The schemes a ``REACTQ_REDIS_URL`` may have."""
+
 DEFAULT_DATABASE_DOC = "sqlite+aiosqlite:///$XDG_DATA_HOME/reactq/state.db"
 """How the docs spell the default state database (the real one names this user's folder)."""
 
@@ -359,8 +362,46 @@ class Settings(BaseModel):
     """How long a turn parked for its child turns (``Agent(subagents=...)``) waits; then
     the children still running are cancelled and the model reads them as failed."""
 
+    dotenv: bool = Field(True, json_schema_extra={"env": "REACTQ_DOTENV"})
+    """Read a ``.env`` file from the working directory: its variables fill those the
+    environment does not set (the environment wins). ``0`` ignores the file; set it in
+    the environment, not in the file."""
+
     # The environment ``from_env`` read (None: the process's), for ``secret_from_env``.
     _environ: Mapping[str, str] | None = PrivateAttr(default=None)
+    _dotenv_read: tuple[Path, tuple[str, ...]] | None = PrivateAttr(default=None)
+
+    @property
+    def dotenv_read(self) -> tuple[Path, tuple[str, ...]] | None:
+        """The ``.env`` file these settings read, and the variables it set (those the
+        environment did not); None when none was read."""
+        return self._dotenv_read
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str) -> str:
+        if _scheme(url) not in REDIS_SCHEMES:
+            raise ValueError(
+                f"not a Redis URL ({_named_scheme(url)}): start it with one of "
+                f"{', '.join(s + '://' for s in REDIS_SCHEMES)}, as in redis://localhost:6379/0"
+            )
+        return url
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_scheme(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        # Imported here: only a pool with a broker of its own names one, and such a
+        # process imports kombu anyway.
+        from kombu.transport import TRANSPORT_ALIASES
+
+        if _scheme(url).split("+")[0] not in TRANSPORT_ALIASES:
+            raise ValueError(
+                f"not a broker URL ({_named_scheme(url)}): use redis://host:6379/0 or "
+                "amqp://user:password@host:5672//"
+            )
+        return url
 
     @field_validator("download_allow_hosts", "webhook_allow_hosts")
     @classmethod
@@ -434,8 +475,14 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Read every setting from the environment; keyword overrides win."""
-        environ = os.environ if environ is None else environ
+        """Read every setting from the environment; keyword overrides win.
+
+        Read from the process's environment (``environ`` None), a ``.env`` file in the
+        working directory fills the variables it does not set, unless
+        ``REACTQ_DOTENV`` is false. A given ``environ`` is read alone."""
+        dotenv_read: tuple[Path, tuple[str, ...]] | None = None
+        if environ is None:
+            environ, dotenv_read = _with_dotenv(os.environ)
         values: dict[str, Any] = {}
         for name, env in cls.env_names().items():
             raw = environ.get(env)
@@ -452,13 +499,16 @@ class Settings(BaseModel):
         except ValidationError as exc:
             names = cls.env_names()
             problems = "; ".join(
-                f"{names.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors()
+                f"{names.get(str(e['loc'][0]), e['loc'][0])}: "
+                f"{e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()
             )
             raise ConfigError(f"invalid settings: {problems}") from None
         finally:
             _reading.reset(reading)
         settings.check_broker()
         settings._environ = environ
+        settings._dotenv_read = dotenv_read
         return settings
 
     def check_broker(self) -> None:
@@ -473,6 +523,32 @@ class Settings(BaseModel):
                 f"invalid settings: {where} is a Redis Cluster, and Celery's broker cannot be one: "
                 "set REACTQ_BROKER_URL to a single Redis (redis://...) or RabbitMQ (amqp://...)"
             )
+
+
+def _with_dotenv(
+    environ: Mapping[str, str],
+) -> tuple[Mapping[str, str], tuple[Path, tuple[str, ...]] | None]:
+    """``environ`` with ``./.env``'s variables under it, and what the file added; or
+    ``environ`` alone when REACTQ_DOTENV is false or there is no file."""
+    flag = environ.get("REACTQ_DOTENV", "").strip().lower()
+    path = Path.cwd() / ".env"
+    if flag in ("0", "false", "no", "off") or not path.is_file():
+        return environ, None
+    from dotenv import dotenv_values  # only when there is a file to read
+
+    found = {k: v for k, v in dotenv_values(path).items() if v is not None}
+    added = tuple(sorted(k for k in found if k not in environ))
+    return {**found, **environ}, (path, added)
+
+
+def _scheme(url: str) -> str:
+    """A URL's scheme, lower-cased ("" without one)."""
+    return url.partition("://")[0].lower() if "://" in url else ""
+
+
+def _named_scheme(url: str) -> str:
+    """How an error names a URL's scheme (never the rest: it may hold a password)."""
+    return f"scheme {_scheme(url)!r}" if _scheme(url) else "no scheme://"
 
 
 def _env_value(value: Any) -> str:

@@ -13,7 +13,10 @@ from reactq.producer import Producer, TurnHandle
 from reactq.shared.events import FinalEvent
 from reactq.shared.redis_client import text
 from reactq.shared.turns import TurnStatus
-from reactq.worker.agent.config import DEFAULT_ERROR_FALLBACK_MESSAGE
+from reactq.worker.agent.config import (
+    DEFAULT_ERROR_FALLBACK_MESSAGE,
+    DEFAULT_ERROR_PERMANENT_MESSAGE,
+)
 
 __all__ = ["Tally", "open_work", "tally"]
 
@@ -215,8 +218,10 @@ def _count_history(t: Tally, sid: str, sent: list[str], history: list[Any]) -> N
         t.sessions_out_of_order += 1
         t.note("sessions whose finals are out of submission order", f"{sid} (history)")
     for stored_message in history:
-        if stored_message.role == "assistant" and DEFAULT_ERROR_FALLBACK_MESSAGE in (
-            stored_message.content or ""
+        content = stored_message.content or ""
+        if stored_message.role == "assistant" and any(
+            apology in content
+            for apology in (DEFAULT_ERROR_FALLBACK_MESSAGE, DEFAULT_ERROR_PERMANENT_MESSAGE)
         ):
             t.apologies += 1
             t.note("assistant messages holding the error fallback text", sid)

@@ -37,6 +37,22 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+NO_MODEL = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "unused"}
+"""A configured endpoint nothing reaches: the offline model would print a line of its
+own, which a test reading a command's stderr does not want."""
+
+
+def command_env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
+    """``clean_env`` with a reachable Redis in ``namespace``, a private SQLite file and
+    ``NO_MODEL``: what a command-line test starts from (and breaks one setting of)."""
+    return clean_env(
+        REACTQ_REDIS_URL=redis_url,
+        REACTQ_NAMESPACE=namespace,
+        REACTQ_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
+        **NO_MODEL,
+    )
+
+
 def last_user_text(request: Mapping[str, Any]) -> str:
     """The text of the newest user message of a chat request."""
     for message in reversed(request["messages"]):

@@ -24,12 +24,9 @@ from redis.asyncio import Redis
 from reactq.shared.keys import Keys
 from reactq.shared.protocol.workers import WorkerRegistry
 from tests.conftest import free_port, unavailable
-from tests.helpers import clean_env, run_cli
+from tests.helpers import command_env, run_cli
 
 SECRET = "hunter2-Secret-77"
-# The offline model would print a line of its own; a configured endpoint keeps stderr
-# to the error alone (nothing here reaches the model).
-NO_MODEL = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "unused"}
 
 
 def one_line_error(out: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -49,12 +46,7 @@ def one_line_error(out: subprocess.CompletedProcess[str], *needles: str) -> str:
 @pytest.fixture
 def env(tmp_path: Path, redis_url: str, namespace: str) -> dict[str, str]:
     """A reachable Redis and a private SQLite file: each test breaks one service."""
-    return clean_env(
-        REACTQ_REDIS_URL=redis_url,
-        REACTQ_NAMESPACE=f"{namespace}-svc",
-        REACTQ_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'state.db'}",
-        **NO_MODEL,
-    )
+    return command_env(tmp_path, redis_url, f"{namespace}-svc")
 
 
 @pytest.fixture(scope="module")

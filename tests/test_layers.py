@@ -48,6 +48,8 @@ DEFERRED = {
     "reactq.worker.agent.llm.openai_client": "the openai SDK, when a client is made",
     "reactq.shared.services": "the drivers' exceptions, on a command's failure",
     "reactq.shared.settings": "read on a command's failure, beside them",
+    "kombu.transport": "its transports' names, when a broker URL is set and checked",
+    "dotenv": "the .env parser, when the working directory has a .env",
 }
 
 

@@ -119,6 +119,25 @@ def test_json_lines_drop_colour_codes_and_uvicorns_color_message(
     assert "\x1b" not in buffer.getvalue() and "\\u001b" not in buffer.getvalue()
 
 
+def test_text_lines_carry_no_colour_codes() -> None:
+    buffer = io.StringIO()
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    handler = configure_logging(Settings.from_env({}), "INFO", fmt="text", stream=buffer)
+    try:
+        logging.getLogger("reactq.test").info(
+            "a \x1b[32mgreen\x1b[0m word", extra={"where": "\x1b[31mred"}
+        )
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(level)
+        root.handlers[:] = handlers
+    line = buffer.getvalue()
+    assert "a green word" in line and "where=red" in line
+    assert "\x1b" not in line
+
+
 def test_query_parameters_naming_keys_or_tokens_are_redacted() -> None:
     text = RedactingFilter().redact(
         "GET /v1/x?key=k1k1k1k1&API_KEY=a2a2&access_token=t3t3&sort=new&after=0-1#f"

@@ -16,6 +16,7 @@ import email.parser
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -353,3 +354,94 @@ def test_import_star_works_without_any_extra(base_python: Path, tmp_path: Path) 
     assert "pip install 'reactq[gateway]'" in said["reactq.create_app"]
     assert "pip install 'reactq[mcp]'" in said["MCPClient"]
     assert "pip install 'reactq[mcp]'" in said["MCPProvider"]
+
+
+def _one_error_line(out: subprocess.CompletedProcess[str], *needles: str) -> None:
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("reactq: error: ") and lines[0].endswith("[config_error]")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_a_missing_extra_is_one_line_naming_it(base_python: Path, tmp_path: Path) -> None:
+    reactq = base_python.parent / "reactq"
+    env = {**_app_env(tmp_path), "OPENAI_API_KEY": "unused"}
+    out = subprocess.run(
+        [reactq, "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    _one_error_line(out, "'gateway' extra", "pip install 'reactq[gateway]'")
+    pg = {**env, "REACTQ_DATABASE_URL": "postgresql+asyncpg://reactq@127.0.0.1:9/reactq"}
+    out = subprocess.run(
+        [reactq, "history", "s"], cwd=tmp_path, env=pg, capture_output=True, text=True, timeout=60
+    )
+    _one_error_line(out, "'postgres' extra", "pip install 'reactq[postgres]'")
+    # From Python, the same ConfigError.
+    code = (
+        "import asyncio\n"
+        "from reactq.shared.errors import ConfigError\n"
+        "from reactq.shared.state import open_store\n"
+        "try:\n"
+        "    asyncio.run(open_store('postgresql+asyncpg://reactq@127.0.0.1:9/reactq'))\n"
+        "except ConfigError as exc:\n"
+        "    print(exc.details['extra'])\n"
+    )
+    out = _run([base_python, "-c", code], cwd=tmp_path, env=env)
+    assert out.stdout.strip() == "postgres"
+
+
+def _install_lines() -> list[str]:
+    """The README's install lines, in order."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- install-lines:", 1)[1].split("```", 2)[1]
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("pip ")]
+
+
+def test_the_readme_install_lines_work(dists: Dists, tmp_path: Path) -> None:
+    """Each line as the README gives it, with the checkout, the repository's URL and the
+    wheel's folder standing for this run's: pip resolves reactq and its extras."""
+    lines = _install_lines()
+    assert [line.split()[:2] for line in lines] == [["pip", "install"]] * 2 + [
+        ["pip", "wheel"],
+        ["pip", "install"],
+    ]
+    checkout = _clone(tmp_path / "checkout")
+    for git in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
+                "commit", "-qm", "a commit"]):  # fmt: skip
+        _run(["git", *git], cwd=checkout)
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", venv])
+    python = venv / "bin" / "python"
+    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    # The base dependencies are there already (so the run stays short); pip must still
+    # build reactq from each source and bring each extra's own (asyncpg, fastapi ...).
+    (Path(site.stdout.strip()) / "reactq_test_deps.pth").write_text(
+        f"{_base_site(tmp_path / 'base-deps')}\n"
+    )
+    pip = [str(sys.executable), "-m", "pip", "--python", str(python), "-q"]
+    check = (
+        "import importlib.metadata as m, reactq, asyncpg, fastapi\n"
+        "print(reactq.__version__, m.distribution('reactq').read_text('direct_url.json'))"
+    )
+    for line in lines:
+        command = (
+            line.replace("/path/to/reactq", str(checkout))
+            .replace("git+https://github.com/reactq/reactq", f"git+file://{checkout}")
+            .replace("dist/", f"{tmp_path / 'dist'}/")
+        )
+        args = shlex.split(command)[2:]
+        if command.startswith("pip wheel"):
+            _run([*pip, "wheel", *args], cwd=tmp_path)
+            assert (tmp_path / "dist" / dists.wheel.name).exists()
+            continue
+        subprocess.run([*pip, "uninstall", "-y", "reactq"], capture_output=True, timeout=120)
+        _run([*pip, "install", *args], cwd=tmp_path)
+        out = _run([python, "-c", check], cwd=tmp_path, env=_app_env(tmp_path))
+        version, _, origin = out.stdout.partition(" ")
+        assert version == VERSION
+        if "git+" in command:
+            assert '"vcs": "git"' in origin
+        elif "-e" in command.split():
+            assert '"editable": true' in origin
+        else:
+            assert dists.wheel.name in origin

@@ -25,7 +25,10 @@ from reactq.shared.state import open_store
 from reactq.shared.state.memory.store import MemoryStateStore
 from reactq.shared.turns import TurnStatus
 from reactq.worker import Agent, AgentRunner, ScriptedLLM
-from reactq.worker.agent.config import DEFAULT_ERROR_FALLBACK_MESSAGE
+from reactq.worker.agent.config import (
+    DEFAULT_ERROR_FALLBACK_MESSAGE,
+    DEFAULT_ERROR_PERMANENT_MESSAGE,
+)
 from tests.drain_support import Rig, drain_rig
 from tests.helpers import wait_until
 from tests.redis_faults import FaultyBus
@@ -82,6 +85,7 @@ async def test_a_redis_outage_at_a_checkpoint_runs_the_turn_again(rig: Rig) -> N
     contents = [m.content for m in await rig.store.get_messages(session)]
     assert contents[0] == "one" and contents[-1] == "answer to: one"
     assert DEFAULT_ERROR_FALLBACK_MESSAGE not in contents
+    assert DEFAULT_ERROR_PERMANENT_MESSAGE not in contents
 
 
 async def test_a_final_that_cannot_go_out_leaves_the_turn_for_the_next_holder(

@@ -17,6 +17,8 @@ from reactq.shared.logs import configure_logging
 from reactq.shared.services import probe_broker, probe_redis
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import configure_tracing, instrument_publishing
+from reactq.worker.agent.config import DEFAULT_MODEL
+from reactq.worker.agent.llm.openai_client import DEFAULT_BASE_URL, PLACEHOLDER_API_KEY
 from reactq.worker.agent.llm.scripted_server import ScriptedServer, demo_model
 from reactq.worker.definitions import Agent, load_agents
 from reactq.worker.tasks import run_worker
@@ -53,6 +55,39 @@ def model_endpoint(settings: Settings, agents: Mapping[str, Agent]) -> Iterator[
         server.stop()
 
 
+def announce_defaults(settings: Settings, agents: Mapping[str, Agent] | None = None) -> None:
+    """Say on stderr, once at start-up, what was chosen for the user without being
+    asked: the settings a ``.env`` file set, the model an agent that names none
+    gets, and the placeholder key a request carries when no key is set. Nothing
+    about the model when it is the offline demo model (which says so itself)."""
+    if settings.dotenv_read is not None:
+        path, names = settings.dotenv_read
+        read = ", ".join(names) if names else "nothing the environment did not set"
+        print(f"reactq: read {path} ({read}); REACTQ_DOTENV=0 ignores it", file=sys.stderr)
+    offline = settings.openai_api_key is not None and (
+        settings.openai_api_key.get_secret_value() == OFFLINE_KEY
+    )
+    for agent in (agents or {}).values():
+        if offline and not agent.base_url:
+            continue
+        if not agent.loop.model and not settings.model:
+            print(
+                f"reactq: agent {agent.name!r} names no model and REACTQ_MODEL is unset: "
+                f"its requests ask for {DEFAULT_MODEL!r}",
+                file=sys.stderr,
+            )
+        has_key = agent.api_key or (
+            agent.api_key_env and settings.secret_from_env(agent.api_key_env)
+        )
+        if not has_key and settings.openai_api_key is None:
+            where = agent.base_url or settings.openai_base_url or DEFAULT_BASE_URL
+            print(
+                f"reactq: no OPENAI_API_KEY set: the requests of agent {agent.name!r} to {where} "
+                f"carry the placeholder key {PLACEHOLDER_API_KEY!r}",
+                file=sys.stderr,
+            )
+
+
 def loaded_agents(settings: Settings, specs: list[str]) -> dict[str, Agent]:
     """The agents named by ``specs``, or by ``REACTQ_AGENTS`` when there are none."""
     specs = specs or settings.agents
@@ -74,6 +109,7 @@ def host_agents(specs: list[str], concurrency: int | None, loglevel: str | None)
     if settings.effective_broker_url != settings.redis_url:
         probe_broker(settings)
     with model_endpoint(settings, agents) as settings:
+        announce_defaults(settings, agents)
         run_worker(
             settings, agents, concurrency=concurrency, loglevel=loglevel or settings.log_level
         )

@@ -19,6 +19,7 @@ import importlib
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -461,6 +462,18 @@ def load_agents(specs: Sequence[str]) -> dict[str, Agent]:
     return agents
 
 
+def _where(exc: BaseException) -> str:
+    """`` at FILE:LINE`` of the line that raised ``exc`` while a module was imported:
+    the innermost frame of Python code (not the import machinery's), or the line a
+    SyntaxError names; "" when there is none."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    if not frames or frames[-1].filename == __file__:
+        return ""
+    return f" at {frames[-1].filename}:{frames[-1].lineno}"
+
+
 def _import_spec(spec: str, module_name: str, attr: str) -> list[Agent]:
     try:
         module = importlib.import_module(module_name)
@@ -472,11 +485,13 @@ def _import_spec(spec: str, module_name: str, attr: str) -> list[Agent]:
                 spec=spec,
             ) from None
         raise ConfigError(
-            f"agent spec {spec!r}: importing {module_name!r} failed: {exc}", spec=spec
+            f"agent spec {spec!r}: importing {module_name!r} failed{_where(exc)}: {exc}",
+            spec=spec,
         ) from exc
     except Exception as exc:
         raise ConfigError(
-            f"agent spec {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}",
+            f"agent spec {spec!r}: importing {module_name!r} failed{_where(exc)}: "
+            f"{type(exc).__name__}: {exc}",
             spec=spec,
         ) from exc
     if not hasattr(module, attr):

@@ -36,6 +36,7 @@ from reactq.shared.errors import (
     MessageTooLargeError,
     OverrideNotAllowedError,
     ReactqError,
+    ServiceUnavailableError,
     TurnRejectedError,
     UnknownAgentError,
     WebhookRefusedError,
@@ -238,8 +239,21 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return _json(422, body, request=request)
 
 
+_UNAVAILABLE = {
+    "redis": "Redis does not answer; retry",
+    "broker": "the broker does not answer; retry",
+    "database": "the state store (REACTQ_DATABASE_URL) does not answer; retry",
+}
+"""What a caller is told of a service the producer could not reach: which, never its
+URL (the log has the whole error)."""
+
+
 async def _reactq_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ReactqError)
+    if isinstance(exc, ServiceUnavailableError):
+        logger.warning("service unavailable: %s", exc.message)
+        message = _UNAVAILABLE.get(str(exc.details.get("service")), "a service does not answer")
+        return _json(503, ErrorBody(code="unavailable", message=message), request=request)
     for cls, status, field in _TURN_ERRORS:
         if isinstance(exc, cls):
             if isinstance(exc, InvalidTextError) and exc.details.get("field"):
@@ -284,6 +298,15 @@ def state_store_errors() -> Iterator[None]:
     errors are (a 500 would say the gateway is broken; it is waiting on a service)."""
     try:
         yield
+    except ServiceUnavailableError as exc:
+        if exc.details.get("service") != "database":
+            raise
+        logger.warning("state store unavailable: %s", exc.message)
+        raise GatewayError(
+            "the state store (REACTQ_DATABASE_URL) does not answer; retry",
+            status=503,
+            error_code="unavailable",
+        ) from exc
     except STORE_DOWN as exc:
         # The class only, no traceback: an outage, not a bug (and a message may carry
         # the database URL).

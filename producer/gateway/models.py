@@ -71,6 +71,9 @@ class TurnAccepted(BaseModel):
     """``queued``."""
     events_url: str
     """Where to stream this turn's events (closes after its ``final``)."""
+    hint: str | None = None
+    """Set when no live worker hosts the turn's agent: the turn waits in the queue until
+    one starts (a worker beats every ``REACTQ_HEARTBEAT_SECONDS``)."""
 
 
 class DecisionsRequest(BaseModel):

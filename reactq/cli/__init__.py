@@ -21,10 +21,12 @@ import inspect
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from reactq.cli.parser import build_parser
 from reactq.shared.errors import ReactqError, ServiceUnavailableError
+from reactq.shared.extras import missing_extra
 
 __all__ = ["EXIT_ERROR", "EXIT_UNAVAILABLE", "build_parser", "main"]
 
@@ -62,9 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(code)
 
 
-def _as_service_error(exc: BaseException) -> ServiceUnavailableError | None:
+def _as_service_error(exc: BaseException) -> ReactqError | None:
     # Imported on a failure only: reading the drivers' exceptions loads kombu and
     # SQLAlchemy, which `reactq --help` has no use for.
+    missing = missing_extra(exc)
+    if missing is not None:
+        return missing
     from reactq.shared.services import service_error
     from reactq.shared.settings import Settings
 
@@ -76,7 +81,13 @@ def _as_service_error(exc: BaseException) -> ServiceUnavailableError | None:
 
 
 def _fail(error: ReactqError, args: argparse.Namespace) -> int:
-    """Print ``error`` on stderr (JSON under ``--json``); its exit code."""
+    """Print ``error`` on stderr (JSON under ``--json``); its exit code.
+
+    Under ``--loglevel DEBUG`` the traceback of what caused it (a bug in an agent
+    module, a driver's error) comes first."""
+    cause = error.__cause__
+    if cause is not None and str(getattr(args, "loglevel", None) or "").upper() == "DEBUG":
+        traceback.print_exception(cause, file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"code": error.code, "message": error.message}), file=sys.stderr)
     else:

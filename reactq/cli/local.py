@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Callable
@@ -22,12 +23,13 @@ from reactq.demo import run_demo
 from reactq.producer.cli_schedules import beat
 from reactq.producer.cli_state import announce_created, database_missing
 from reactq.shared.error_codes import ERROR_CODES
-from reactq.shared.errors import ConfigError
+from reactq.shared.errors import ConfigError, ServiceUnavailableError
 from reactq.shared.logs import configure_logging
+from reactq.shared.services import probe_redis
 from reactq.shared.settings import Settings
 from reactq.shared.tracing import configure_tracing
 from reactq.shared.turns import TurnStatus
-from reactq.worker.cli import host_agents, loaded_agents, model_endpoint
+from reactq.worker.cli import announce_defaults, host_agents, loaded_agents, model_endpoint
 from reactq.worker.local import run_local_turn
 
 
@@ -42,6 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     session = args.session or f"run-{uuid.uuid4().hex[:8]}"
     existed = not database_missing(settings)
     with model_endpoint(settings, agents) as settings:
+        announce_defaults(settings, agents)
         final = asyncio.run(
             run_local_turn(
                 settings,
@@ -77,6 +80,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     configure_logging(settings, args.loglevel)
+    announce_defaults(settings)
+    try:
+        probe_redis(settings)
+    except ServiceUnavailableError as exc:
+        # An outage the gateway waits out (its readiness says so, its routes answer 503);
+        # a URL naming a database Redis lacks is a ConfigError, raised through.
+        logging.getLogger("reactq.gateway").warning("%s; starting anyway", exc.message)
     if settings.tracing:
         configure_tracing("reactq-gateway", settings)
     return serve(args.host, args.port, insecure=args.insecure, log_level=args.loglevel)
@@ -91,7 +101,9 @@ def _flower(args: argparse.Namespace) -> int:
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": lambda args: host_agents(args.agents, args.concurrency, args.loglevel),
     "run": _run,
-    "demo": lambda args: run_demo(sessions=args.sessions, in_process=args.in_process),
+    "demo": lambda args: run_demo(
+        sessions=args.sessions, in_process=args.in_process, kill=not args.no_kill
+    ),
     "serve": _serve,
     "flower": _flower,
     "errors": _errors,

@@ -338,11 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         "a demo of the pool (or in-process without Redis)",
         "Starts two workers in a namespace of its own and a throwaway state database, runs "
-        "turns for several sessions at once, and leaves nothing behind.",
+        "turns for several sessions at once (every other one double-texted), kills the "
+        "worker running the first tool call so that the other finishes its turns, and "
+        "prints which worker ran what. It removes its namespace, database and logs when "
+        "it ends (a failed run keeps the logs and says where).",
         handlers=LOCAL,
     )
     d.add_argument("--sessions", type=int, default=4, help="sessions to run (default 4)")
     d.add_argument("--in-process", action="store_true", help="skip the pool even if Redis answers")
+    d.add_argument("--no-kill", action="store_true", help="kill no worker (the pool alone)")
 
     e = _command(
         sub,

@@ -12,7 +12,6 @@ import asyncio
 import getpass
 import json
 import sys
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -117,35 +116,10 @@ async def _send(args: argparse.Namespace) -> int:
 
 
 async def _warn_if_no_live_worker(producer: Producer, agent: str) -> None:
-    """Say on stderr when no worker hosting ``agent`` has beaten within the heartbeat
-    interval: the turn is queued, and waits until one starts.
-
-    ``UnknownAgentError`` only means no worker ever announced the agent; the agent
-    stays known after its workers stop. Workers re-announce themselves (with a
-    timestamp) in the registry (``WorkerRegistry.register_agents``, written by
-    ``worker/bridge.py``'s heartbeat) three times per ``REACTQ_HEARTBEAT_SECONDS``;
-    a stopped worker removes its entry, a killed one stops beating. The
-    timestamps are the workers' clocks: a skew between machines above the
-    interval would make a live pool look gone, never the reverse.
-    """
-    window = producer.settings.heartbeat_seconds
-    now = time.time()
-    for raw in (await producer.redis.hgetall(producer.keys.workers)).values():
-        try:
-            stamp = json.loads(raw)
-            seen = float(stamp.get("ts", 0))
-            hosts = agent in stamp.get("agents", [])
-        except (ValueError, TypeError, AttributeError):
-            continue  # an entry this version does not understand: not a sign of life
-        if hosts and now - seen <= window:
-            return
-    print(
-        f"reactq: no worker hosting agent {agent!r} has been seen in the last {window:g} s "
-        f"(namespace {producer.settings.namespace!r}): the turn waits in the queue until one "
-        "starts (`reactq worker --agents MODULE:ATTR`)",
-        file=sys.stderr,
-        flush=True,
-    )
+    """Say on stderr when no live worker hosts ``agent``: the turn waits in the queue."""
+    hint = await producer.worker_hint(agent)
+    if hint is not None:
+        print(f"reactq: {hint}", file=sys.stderr, flush=True)
 
 
 async def _watch(args: argparse.Namespace) -> int:

@@ -1,11 +1,14 @@
-"""A weather assistant with one fake (deterministic, offline) tool."""
+"""A weather assistant with one fake (deterministic, offline) tool, which takes half a
+second as a real lookup would: the demo kills a worker while it runs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 from reactq.worker import Agent, ToolMode, tool
 
+LOOKUP_SECONDS = 0.5
 CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "foggy", "snowy")
 
 
@@ -16,6 +19,7 @@ async def get_weather(city: str) -> dict[str, object]:
     Args:
         city: The city's name, e.g. "Paris".
     """
+    await asyncio.sleep(LOOKUP_SECONDS)
     # A stable hash (not hash(), which is salted per process) so every worker agrees.
     digest = hashlib.sha256(city.strip().lower().encode()).digest()
     return {

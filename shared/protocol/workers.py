@@ -113,6 +113,25 @@ class WorkerRegistry:
         """Remove a stopped worker from the worker registry (its agents stay known)."""
         await self.redis.hdel(self.keys.workers, worker)
 
+    async def live_hosts(self, agent: str, live_within: float) -> int:
+        """How many workers hosting ``agent`` beat within ``live_within`` seconds.
+
+        Workers re-announce themselves (with a timestamp) three times per
+        ``REACTQ_HEARTBEAT_SECONDS``; a stopped worker removes its entry, a killed one
+        stops beating. The timestamps are the workers' clocks: a skew between machines
+        above the interval would make a live pool look gone, never the reverse."""
+        now = time.time()
+        count = 0
+        for raw in (await self.redis.hgetall(self.keys.workers)).values():
+            try:
+                stamp = json.loads(raw)
+                seen = float(stamp.get("ts", 0))
+                hosts = agent in stamp.get("agents", [])
+            except (ValueError, TypeError, AttributeError):
+                continue  # an entry this version does not understand: not a sign of life
+            count += hosts and now - seen <= live_within
+        return count
+
     async def agents(self, live_within: float) -> list[AgentInfo]:
         """Every agent a worker announced, by name: one entry for each definition (config
         version) a live worker hosts (a worker beat within ``live_within`` seconds), or,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from reactq.shared.extras import missing_extra
 from reactq.shared.state.backends import OpenOptions, backend_for
 from reactq.shared.state.base import (
     TRUNK,
@@ -70,7 +71,11 @@ async def open_store(
     ``shared/state/backends.py``."""
     backend, url = backend_for(url)
     options = OpenOptions(namespace=namespace, outage_seconds=outage_seconds, extra=kwargs)
-    return await backend.open(url, options)
+    try:
+        return await backend.open(url, options)
+    except ModuleNotFoundError as exc:
+        # A PostgreSQL URL without the postgres extra: say which extra, not "asyncpg".
+        raise missing_extra(exc) or exc from exc
 
 
 # The backends' stores load on first use: importing the protocol (or the backend map)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.client_tools import ClientTool
+from reactq.shared.errors import ReactqError
 from reactq.shared.turn_inputs import OVERRIDABLE
 from reactq.worker.agent.context_policy import ContextPolicy
 from reactq.worker.agent.delegation import DEFAULT_MAX_DELEGATION_DEPTH, Subagent, as_subagents
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_BUDGET_MESSAGE",
     "DEFAULT_CANCELLED_MESSAGE",
     "DEFAULT_ERROR_FALLBACK_MESSAGE",
+    "DEFAULT_ERROR_PERMANENT_MESSAGE",
     "DEFAULT_FALLBACK_MESSAGE",
     "DEFAULT_MODEL",
     "ApprovalPolicy",
@@ -55,6 +57,9 @@ DEFAULT_FALLBACK_MESSAGE = (
 )
 DEFAULT_ERROR_FALLBACK_MESSAGE = (
     "Sorry, something went wrong while answering. Please try again in a moment."
+)
+DEFAULT_ERROR_PERMANENT_MESSAGE = (
+    "Sorry, something went wrong while answering, and trying again will not help until it is fixed."
 )
 DEFAULT_BUDGET_MESSAGE = (
     "I stopped because this request used up its token or cost budget before I could finish."
@@ -96,7 +101,8 @@ class LoopConfig:
     fallback_message: str = DEFAULT_FALLBACK_MESSAGE
     """The answer when the iteration cap is hit."""
     error_fallback_message: str = DEFAULT_ERROR_FALLBACK_MESSAGE
-    """The answer when the turn fails."""
+    """The answer when the turn fails. Left as it is, a failure a retry cannot mend (the
+    model refused the key, a bad request) says so rather than "try again in a moment"."""
     budget_message: str = DEFAULT_BUDGET_MESSAGE
     """The answer when the token or cost budget is spent."""
     cancelled_message: str = DEFAULT_CANCELLED_MESSAGE
@@ -261,6 +267,14 @@ class LoopConfig:
             text = getattr(self, name)
             if not isinstance(text, str) or not text:
                 raise ValueError(f"{name} must be a non-empty string, got {text!r}")
+
+    def error_text(self, error: ReactqError) -> str:
+        """The final's text for a turn that failed with ``error``: the agent's
+        ``error_fallback_message``, or, left at its default, one that does not invite a
+        retry when the error's code says a retry fails the same way."""
+        if self.error_fallback_message == DEFAULT_ERROR_FALLBACK_MESSAGE and not error.retryable:
+            return DEFAULT_ERROR_PERMANENT_MESSAGE
+        return self.error_fallback_message
 
     @property
     def fallbacks(self) -> tuple[Model, ...]:

@@ -144,7 +144,7 @@ class RunState:
     async def fail(self, error: ReactqError) -> RunResult:
         """End in ERROR: report it (if the bus still works) and return the fallback."""
         await self._report(error)
-        return self._end(TurnStatus.ERROR, self.loop.config.error_fallback_message, error)
+        return self._end(TurnStatus.ERROR, self.loop.config.error_text(error), error)
 
     async def _report(self, error: ReactqError) -> None:
         context = {"iteration": self.iteration, "model": self.models.model, **error.details}

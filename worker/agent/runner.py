@@ -251,7 +251,7 @@ class AgentRunner:
         await self._emit_error(emitter, error)
         return await emitter.emit(
             FinalEvent,
-            text=self.loop.config.error_fallback_message,
+            text=self.loop.config.error_text(error),
             status=TurnStatus.ERROR,
             usage={},
             cost=None,

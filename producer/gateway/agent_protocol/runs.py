@@ -31,7 +31,7 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictFloat
 
 from reactq.producer.gateway.agent_protocol import assistants, deleted
 from reactq.producer.gateway.agent_protocol.messages import input_message, thread_messages
@@ -127,7 +127,7 @@ class RunCreate(BaseModel):
     webhook: str | None = Field(default=None, max_length=2048)
     """POSTed (signed) once the run ends, as a turn's webhook (needs
     REACTQ_WEBHOOK_SECRET; a URL that is not public is refused: 422)."""
-    after_seconds: float | None = None
+    after_seconds: StrictFloat | None = None
     """Not served yet: 422."""
     on_completion: Literal["delete", "keep"] | None = None
     """A stateless run's thread once the run ends: deleted (the default) or kept (a

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StringConstraints
 
 from reactq.producer.gateway.deps import GatewayDep, ScopeDep
 from reactq.producer.gateway.errors import GatewayError, state_store_errors
@@ -72,8 +72,8 @@ class ItemPut(BaseModel):
     """The JSON object to store (at most 1 MiB as JSON); replaces what the key held."""
     index: Any = None
     """Ignored: reactq's store has no semantic index."""
-    ttl: float | None = None
-    """Ignored: items do not expire."""
+    ttl: StrictFloat | None = None
+    """Ignored: items do not expire. A number (``true`` is refused, not read as 1)."""
 
 
 class ItemDelete(BaseModel):

@@ -32,7 +32,7 @@ from reactq.producer.gateway.mcp_server.tools import (
 )
 from reactq.producer.gateway.security import KeyScope
 from reactq.producer.gateway.service import Gateway
-from reactq.shared.errors import UnknownAgentError
+from reactq.shared.errors import ServiceUnavailableError, UnknownAgentError
 
 __all__ = ["INSTRUCTIONS", "build_server", "session_manager"]
 
@@ -71,9 +71,14 @@ def _scope(gateway: Gateway, ctx: ServerRequestContext[Any, Any]) -> KeyScope | 
 def _failure(exc: Exception) -> str:
     """What a caller is told when the pool could not serve it (the class only: a message
     may carry a URL with a password); the detail goes to the log."""
-    logger.warning("MCP request failed: %s", exc, exc_info=not isinstance(exc, RedisError))
+    outage = isinstance(exc, RedisError | ServiceUnavailableError)
+    logger.warning("MCP request failed: %s", exc, exc_info=not outage)
     if isinstance(exc, RedisError | OSError):
         return f"the pool's Redis does not answer ({type(exc).__name__})"
+    if isinstance(exc, ServiceUnavailableError):
+        service = str(exc.details.get("service"))
+        label = {"redis": "Redis", "broker": "broker", "database": "state store"}.get(service)
+        return f"the pool's {label or 'services'} does not answer ({type(exc).__name__})"
     return f"the gateway could not serve the call ({type(exc).__name__})"
 
 

@@ -105,6 +105,7 @@ async def submit_turn(
         session_id=session_id,
         status=TurnStatus.QUEUED,
         events_url=events_url,
+        hint=await gateway.producer.worker_hint(body.agent),
     )
 
 
