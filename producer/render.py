@@ -24,6 +24,7 @@ from reactq.shared.events import (
     StartedEvent,
     SubagentEvent,
     TodosEvent,
+    ToolProgressEvent,
     TurnsLeftOutEvent,
     UsageEvent,
 )
@@ -97,7 +98,13 @@ def _approval(event: ApprovalRequestedEvent) -> str:
 def _decision(event: ApprovalDecidedEvent) -> str:
     verdict = "approved" if event.approved else "denied"
     why = f": {_short(event.reason)}" if event.reason else ""
-    return f"call {event.call_id} {verdict} by {event.by}{why}"
+    edited = f", to run with {_short(json.dumps(event.arguments))}" if event.arguments else ""
+    return f"call {event.call_id} {verdict} by {event.by}{edited}{why}"
+
+
+def _progress(event: ToolProgressEvent) -> str:
+    done = f" ({event.fraction:.0%})" if event.fraction is not None else ""
+    return f"{event.tool}: {_short(event.message)}{done}"
 
 
 def _gauge(event: UsageEvent) -> str | None:
@@ -138,6 +145,7 @@ VIEWS: dict[str, Callable[[Any], str | None]] = {
     "approval": _approval,
     "decision": _decision,
     "gauge": _gauge,
+    "progress": _progress,
     "left_out": _left_out,
     "tree": _tree,
     "answer": _answer,

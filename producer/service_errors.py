@@ -40,19 +40,30 @@ def _translated(exc: Exception, owner: Any) -> ReactqError | None:
     return service_error(exc, settings)
 
 
-async def _iterate(source: AsyncIterator[Any], owner: Any) -> AsyncIterator[Any]:
-    try:
-        async for item in source:
-            yield item
-    except Exception as exc:
-        error = _translated(exc, owner)
-        if error is None:
+class _Translating:
+    """An async iterator's items, its errors translated; everything else (``aclose``
+    from another task, its own attributes) is the iterator's own."""
+
+    def __init__(self, source: AsyncIterator[Any], owner: Any) -> None:
+        self._source = source
+        self._owner = owner
+
+    def __aiter__(self) -> _Translating:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._source.__anext__()
+        except StopAsyncIteration:
             raise
-        raise error from exc
-    finally:
-        close = getattr(source, "aclose", None)
-        if close is not None:
-            await close()
+        except Exception as exc:
+            error = _translated(exc, self._owner)
+            if error is None:
+                raise
+            raise error from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
 
 
 def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,7 +86,7 @@ def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
         result = func(self, *args, **kwargs)
         # An async iterator (``subscribe``, ``events``) fails when iterated, not here.
         if hasattr(result, "__anext__"):
-            return _iterate(result, self)
+            return _Translating(result, self)
         return result
 
     return returning

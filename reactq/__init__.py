@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for 
         InvalidContextError,
         InvalidCursorError,
         InvalidDocumentError,
+        InvalidEditError,
         InvalidImageError,
         InvalidMessageError,
         InvalidMetadataError,
@@ -118,6 +119,7 @@ if TYPE_CHECKING:  # what ``__getattr__`` imports on first use, spelled out for 
         ThoughtEvent,
         TodosEvent,
         ToolFailedEvent,
+        ToolProgressEvent,
         TurnsLeftOutEvent,
         UsageEvent,
         parse_event,
@@ -265,6 +267,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "DeltaEvent",
     "ReasoningEvent",
     "ActionEvent",
+    "ToolProgressEvent",
     "ObservationEvent",
     "ToolFailedEvent",
     "FileChangeEvent",
@@ -326,6 +329,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, as the style guide asks
     "ApprovalNotFoundError",
     "ApprovalClosedError",
     "DecisionConflictError",
+    "InvalidEditError",
     "BranchError",
     "BranchNotFoundError",
     "LLMError",
@@ -379,7 +383,8 @@ _EXPORTS = LazyExports(
             BranchError BranchNotFoundError BudgetExceededError ConfigError
             ContextLengthExceededError ContextTooLargeError DecisionConflictError EmptyMessageError
             EmptyResponseError ImageTooLargeError InvalidContextError InvalidCursorError
-            InvalidDocumentError InvalidImageError InvalidMessageError InvalidMetadataError
+            InvalidDocumentError InvalidEditError InvalidImageError InvalidMessageError
+            InvalidMetadataError
             InvalidNamespaceError InvalidOutputError InvalidOverrideError InvalidScheduleError
             InvalidSessionIdError InvalidStreamIdError InvalidTextError InvalidTurnError
             LLMAuthError LLMBadRequestError LLMConnectionError LLMError LLMErrorEnvelopeError
@@ -394,7 +399,8 @@ _EXPORTS = LazyExports(
             ActionEvent ApprovalDecidedEvent ApprovalRequestedEvent BaseEvent CompactedEvent
             DeltaEvent ErrorEvent Event FileChangeEvent FinalEvent GuardrailEvent ModelFallbackEvent
             ObservationEvent QueuedEvent RateLimitedEvent ReasoningEvent StartedEvent SubagentEvent
-            ThoughtEvent TodosEvent ToolFailedEvent TurnsLeftOutEvent UsageEvent parse_event""",
+            ThoughtEvent TodosEvent ToolFailedEvent ToolProgressEvent TurnsLeftOutEvent UsageEvent
+            parse_event""",
         "reactq.shared.file_undo": """
             AlreadyUndoneError NothingToUndoError UndoConflictError UndoError UndoReport""",
         "reactq.shared.messages": "ChatMessage ToolCall",

@@ -170,6 +170,12 @@ class TurnEmitter:
             )
         return published[-1]  # type: ignore[return-value]  # the last one is ``event``
 
+    async def emit_alone(self, event_cls: type[E], **fields: Any) -> E:
+        """Build and publish an event now, leaving the queued ones queued: a tool's
+        progress while the step's earlier results wait for its checkpoint (which must
+        not publish them before it is stored). Its ``seq`` comes after theirs."""
+        return await self.bus.publish(self._build(event_cls, fields))
+
     async def flush(self) -> None:
         """Publish the events ``emit_later`` queued, now."""
         events, self._later = self._later, []

@@ -103,6 +103,11 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("approval_not_found", False, "No such turn, or it waits for no call of that id."),
         ("approval_closed", False, "The turn waits for no decision (finished, running, queued)."),
         ("decision_conflict", False, "The call was decided already (by another, or a timeout)."),
+        (
+            "invalid_edit",
+            False,
+            "A decision's edited arguments are not an object the tool's schema accepts.",
+        ),
         ("gateway_error", False, "The gateway refused a request the client could not classify."),
     ),
     *_codes(

@@ -57,8 +57,10 @@
     │   ├── ApprovalNotFoundError    approval_not_found (no such turn, or no such waiting call)
     │   ├── ApprovalClosedError      approval_closed   (the turn waits for nothing: finished,
     │   │                                               running or queued)
-    │   └── DecisionConflictError    decision_conflict (the call has a decision already; two
-    │                                                   racing deciders: exactly one wins)
+    │   ├── DecisionConflictError    decision_conflict (the call has a decision already; two
+    │   │                                               racing deciders: exactly one wins)
+    │   └── InvalidEditError         invalid_edit      (edited arguments the tool's schema
+    │                                                   refuses)
     ├── BranchError                  branch_error      (also a ValueError: bad branch id, a fork
     │   │                                               point out of range, a duplicate branch)
     │   └── BranchNotFoundError      branch_not_found  (the session has no such branch)
@@ -586,6 +588,14 @@ class DecisionConflictError(ApprovalError):
     """The call was decided already (by another decider, or by the timeout)."""
 
     code = "decision_conflict"
+
+
+class InvalidEditError(ApprovalError):
+    """An approval's edited arguments are not a JSON object, or the tool's published
+    JSON Schema refuses them; ``details`` name the ``call_id`` and, when the schema
+    refused them, where (``path``)."""
+
+    code = "invalid_edit"
 
 
 class EvictedError(ReactqError):

@@ -206,6 +206,27 @@ class ActionEvent(BaseEvent):
     """The provider's call id."""
 
 
+class ToolProgressEvent(BaseEvent):
+    """A running tool said how far it got (``ToolContext.progress``, a sandboxed run's
+    output, an MCP server's progress notifications): at most a few per second per call,
+    the latest kept when they come faster. Published as it happens, while the step's
+    other results wait for its checkpoint, so its ``seq`` may come after theirs."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    cli: ClassVar[View] = View("progress", "progress")
+    page: ClassVar[View] = View("progress", "progress")
+    tool: str
+    """The tool's name."""
+    call_id: str = ""
+    """The call it reports on."""
+    message: str = ""
+    """What the tool says (a sandboxed run: its latest output line)."""
+    fraction: float | None = None
+    """How much is done, 0 to 1, when the tool knows."""
+    data: dict[str, Any] | None = None
+    """Anything else the tool reports (a sandboxed run: ``{"output": the new output}``)."""
+
+
 class ObservationEvent(BaseEvent):
     """A tool returned; its result goes back to the model."""
 
@@ -403,6 +424,9 @@ class ApprovalDecidedEvent(BaseEvent):
     """The note of an approval, or why it was denied."""
     by: str = ""
     """Who decided (the deciding client's name; ``reactq:timeout`` for an expiry)."""
+    arguments: dict[str, Any] | None = None
+    """The arguments the approved call runs with, when the decider changed the model's
+    (None: the model's own)."""
 
 
 class SubagentEvent(BaseEvent):
@@ -490,6 +514,7 @@ if TYPE_CHECKING:
         | ModelFallbackEvent
         | RateLimitedEvent
         | ActionEvent
+        | ToolProgressEvent
         | ObservationEvent
         | ToolFailedEvent
         | FileChangeEvent

@@ -374,6 +374,43 @@ def test_an_interrupt_and_its_resume(gateway: Gateway, tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_a_resume_that_edits_the_arguments(gateway: Gateway, tmp_path: Path) -> None:
+    """LangChain's HumanInTheLoopMiddleware answer (``{"decisions": [{"type": "edit",
+    "edited_action": {...}}]}``) runs the call with the edited arguments; edits the
+    tool's schema refuses, or a count of decisions that does not match, are 422 and
+    leave the run waiting."""
+    paid = tmp_path / "edited.txt"
+
+    async def scenario() -> None:
+        async with client(gateway) as lg:
+            tid = (await lg.threads.create())["thread_id"]
+            await lg.runs.wait(tid, "durable", input=human(f"pay {paid}"))
+            assert (await lg.threads.get(tid))["status"] == "interrupted"
+
+            def edit(args: dict[str, Any]) -> dict[str, Any]:
+                action = {"name": "pay", "args": args}
+                return {"resume": {"decisions": [{"type": "edit", "edited_action": action}]}}
+
+            for command, code in (
+                (edit({"path": str(paid), "amount": "nine"}), "invalid_edit"),
+                ({"resume": {"decisions": [{"type": "approve"}] * 2}}, "invalid_command"),
+            ):
+                with pytest.raises(httpx.HTTPStatusError) as refused:
+                    await lg.runs.wait(tid, "durable", command=command)
+                assert refused.value.response.status_code == 422
+                assert refused.value.response.json()["code"] == code
+            assert (await lg.threads.get(tid))["status"] == "interrupted"
+            values = await lg.runs.wait(
+                tid, "durable", command=edit({"path": str(paid), "amount": 9})
+            )
+            assert values["messages"][-1]["content"] == "paid"
+            tool = [m for m in values["messages"] if m["type"] == "tool"][-1]
+            assert "changed this call's arguments" in tool["content"], tool
+            assert paid.read_text().startswith("pay 9 ")
+
+    asyncio.run(scenario())
+
+
 def test_the_javascript_sdk_streams_a_run(gateway: Gateway) -> None:
     seen = run_script(
         "agent_protocol_stream.mjs",

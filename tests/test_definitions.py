@@ -147,7 +147,11 @@ def test_load_agents_lists_and_errors(agent_dir: tuple[Path, str]) -> None:
         load_agents([f"{prefix}_bad:nope"])
     with pytest.raises(ConfigError, match=f"no module named '{prefix}_missing'"):
         load_agents([f"{prefix}_missing:agent"])
-    with pytest.raises(ConfigError, match=r"importing .* failed: No module named 'no_such"):
+    # The module's own import fails: where, in the module, it failed.
+    with pytest.raises(
+        ConfigError,
+        match=rf"importing .* failed at .*{prefix}_broken\.py:\d+: No module named 'no_such",
+    ):
         load_agents([f"{prefix}_broken"])
     with pytest.raises(ConfigError, match="module\\[:attr\\]"):
         load_agents([":agent"])

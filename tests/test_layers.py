@@ -50,6 +50,8 @@ DEFERRED = {
     "reactq.shared.settings": "read on a command's failure, beside them",
     "kombu.transport": "its transports' names, when a broker URL is set and checked",
     "dotenv": "the .env parser, when the working directory has a .env",
+    "jsonschema.exceptions": "an approval's edited arguments checked, when a decision edits them",
+    "jsonschema.validators": "an approval's edited arguments checked, when a decision edits them",
 }
 
 

@@ -21,7 +21,7 @@ from reactq.worker.agent.tools import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = [sys.executable, "-m", "tests.mcp_servers.demo"]
-DEMO_TOOLS = ["add", "echo", "fail", "environment", "crash", "slow"]
+DEMO_TOOLS = ["add", "echo", "fail", "environment", "crash", "slow", "count_up"]
 TOKEN = "tok-3f9a1c"
 
 

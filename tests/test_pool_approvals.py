@@ -5,6 +5,7 @@ whichever worker is free; denials, expiry, racing deciders, cancel, FIFO."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import uuid
@@ -20,8 +21,10 @@ from reactq.shared.errors import (
     ApprovalClosedError,
     ApprovalNotFoundError,
     DecisionConflictError,
+    InvalidEditError,
 )
 from reactq.shared.events import (
+    ActionEvent,
     ApprovalDecidedEvent,
     ApprovalRequestedEvent,
     Event,
@@ -33,7 +36,7 @@ from reactq.shared.protocol.steps import TurnSteps
 from reactq.shared.settings import Settings
 from reactq.shared.turns import TurnStatus
 from reactq.worker.agent.llm.scripted_server import Reply, ScriptedServer
-from tests.helpers import WorkerPool, last_user_text, wait_until
+from tests.helpers import WorkerPool, audited_events, last_user_text, wait_until
 from tests.test_browser import driver  # noqa: F401 - the fixture registers by import
 
 pytestmark = pytest.mark.e2e
@@ -179,6 +182,51 @@ async def test_a_parked_turn_survives_its_workers_and_resumes_when_approved(
         await p.approve(handle.turn_id, call["call_id"])
 
 
+async def test_an_approval_edits_the_arguments_or_gives_the_result(
+    make_pool, producers, tmp_path: Path
+) -> None:
+    _, env = make_pool(1)
+    p = producers(env)
+    s, effects = sid(), tmp_path / "paid.txt"
+    handle = await p.submit(s, f"pay path={effects}", agent="durable")
+    (call,) = (await parked(p, s, handle.turn_id)).calls
+    cid = call["call_id"]
+    # Refused before anything is recorded: the tool's schema says amount is an integer.
+    with pytest.raises(InvalidEditError) as wrong_type:
+        await p.approve(handle.turn_id, cid, arguments={"path": str(effects), "amount": "7"})
+    assert wrong_type.value.details["path"] == "amount"
+    with pytest.raises(InvalidEditError, match="with its approval"):
+        await p.decide(handle.turn_id, {cid: False}, arguments={cid: {"amount": 7}})
+    with pytest.raises(InvalidEditError, match="JSON object"):
+        await p.decide(handle.turn_id, {cid: True}, arguments={cid: [7]})  # type: ignore[dict-item]
+    assert [a.call_id for a in await p.pending_approvals(s)] == [cid]
+
+    edited = {"path": str(effects), "amount": 7}
+    outcome = await p.approve(handle.turn_id, cid, arguments=edited, by="alice")
+    assert outcome.ready and outcome.decided[0].arguments == edited
+    final = await handle.result(timeout=30)
+    assert final.status == "completed" and final.text.endswith("paid 7"), final.text
+    assert "A person changed this call's arguments" in final.text
+    assert lines(effects) == ["pay 7 attempt=2 resumed=False"]
+    events = await events_of(p, s, handle.turn_id)
+    (decided,) = [e for e in events if isinstance(e, ApprovalDecidedEvent)]
+    assert (decided.by, decided.arguments) == ("alice", edited)
+    # The call as it ran: its action (on the resumed attempt: a waiting call has only
+    # its approval_requested before) carries the edited arguments.
+    actions = [e for e in events if isinstance(e, ActionEvent)]
+    assert [(e.attempt, e.args) for e in actions] == [(2, edited)]
+    audited = [e for e in await audited_events(p, handle.turn_id) if e.type == "approval_decided"]
+    assert [e.arguments for e in audited] == [edited]
+
+    # A result in place of running the call: the tool never runs.
+    s2 = sid()
+    second = await p.submit(s2, f"pay path={effects}", agent="durable")
+    (call2,) = (await parked(p, s2, second.turn_id)).calls
+    await p.complete_tool(second.turn_id, call2["call_id"], "refunded by hand", by="bob")
+    assert (await second.result(timeout=30)).text == "result: refunded by hand"
+    assert lines(effects) == ["pay 7 attempt=2 resumed=False"]
+
+
 async def test_denied_expired_raced_and_unknown(make_pool, producers, tmp_path: Path) -> None:
     _, env = make_pool(1, REACTQ_APPROVAL_TIMEOUT_SECONDS="2")
     p = producers(env)
@@ -319,6 +367,7 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
                     "approved": True,
                     "reason": "ok",
                     "by": "ops for alice",
+                    "arguments": None,
                 }
             ]
             again = http.post(url, json={"decisions": {call["call_id"]: "changed my mind"}})
@@ -341,6 +390,22 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             assert (await third.result(timeout=30)).text == (
                 "result: [tool_denied] the call was denied: no thanks"
             )
+        # An edit over HTTP: refused by the schema (422, the field), then recorded.
+        with gateway.client() as http:
+            s4 = sid()
+            fourth = await p.submit(s4, f"pay path={effects}.http", agent="durable")
+            (call4,) = (await parked(p, s4, fourth.turn_id)).calls
+            url = f"/v1/turns/{fourth.turn_id}/decisions"
+            bad = {"decisions": {call4["call_id"]: True}, "arguments": {call4["call_id"]: {}}}
+            refused = http.post(url, json=bad)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["code"] == "invalid_edit"
+            assert refused.json()["field"] == f"body.arguments.{call4['call_id']}"
+            args4 = {"path": f"{effects}.http", "amount": 11}
+            ok = http.post(url, json={**bad, "arguments": {call4["call_id"]: args4}})
+            assert ok.status_code == 200, ok.text
+            assert ok.json()["decided"][0]["arguments"] == args4
+            assert (await fourth.result(timeout=30)).text.endswith("paid 11")
     except httpx2.HTTPError:
         print(gateway.logs())
         raise
@@ -359,6 +424,19 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
     late = run_cli(env, "approve", denied.turn_id, call["call_id"], "--note", "late")
     assert late.returncode != 0
     assert "decision_conflict" in late.stderr or "approval_closed" in late.stderr
+
+    # approve --args: not JSON is one line and exit 2; then the call runs with them.
+    s5 = sid()
+    fifth = await p.submit(s5, f"pay path={effects}.cli5", agent="durable")
+    (call5,) = (await parked(p, s5, fifth.turn_id)).calls
+    bad = run_cli(env, "approve", fifth.turn_id, call5["call_id"], "--args", "{amount: 3}")
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("[invalid_edit]"), bad.stderr
+    args5 = json.dumps({"path": f"{effects}.cli5", "amount": 3})
+    ok = run_cli(env, "approve", fifth.turn_id, call5["call_id"], "--args", args5, "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["arguments"] == json.loads(args5)
+    assert (await fifth.result(timeout=30)).text.endswith("paid 3")
+    assert lines(Path(f"{effects}.cli5")) == ["pay 3 attempt=2 resumed=False"]
 
 
 async def test_rollback_and_interrupt_end_a_waiting_turn(
@@ -419,17 +497,23 @@ def test_the_page_approves_a_waiting_call(make_pool, driver: Any, tmp_path: Path
         )
         assert driver.find_elements(By.CSS_SELECTOR, ".ev.approval button.deny")
         assert "awaiting_approval" in driver.find_element(By.CSS_SELECTOR, ".status").text
+        # Edit the arguments in the box, then approve: the call runs with the edit.
+        driver.find_element(By.CSS_SELECTOR, ".ev.approval button.edit").click()
+        box = driver.find_element(By.CSS_SELECTOR, ".ev.approval textarea.edit-args")
+        assert json.loads(box.get_attribute("value"))["amount"] == 5
+        box.clear()
+        box.send_keys(json.dumps({"path": str(effects), "amount": 8}))
         approve.click()
         _wait(
             driver,
             lambda d: any(
-                "result: paid 5" in e.text for e in d.find_elements(By.CSS_SELECTOR, ".ev.final")
+                "paid 8" in e.text for e in d.find_elements(By.CSS_SELECTOR, ".ev.final")
             ),
             "the answer after the approval",
         )
         decided = driver.find_elements(By.CSS_SELECTOR, ".ev.decided")
-        assert decided and "by page" in decided[0].text
+        assert decided and "by page" in decided[0].text and '"amount":8' in decided[0].text
         assert not driver.find_elements(By.CSS_SELECTOR, ".ev.approval button")
-        assert lines(effects) == ["pay 5 attempt=2 resumed=False"]
+        assert lines(effects) == ["pay 8 attempt=2 resumed=False"]
     finally:
         gateway.stop()

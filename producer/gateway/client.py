@@ -112,10 +112,14 @@ class GatewayClient:
         *,
         notes: dict[str, str] | None = None,
         by: str | None = None,
+        arguments: dict[str, dict[str, Any]] | None = None,
     ) -> DecisionsAccepted:
-        """Decide a turn's waiting tool calls (``{call_id: True | False | "reason"}``);
-        raises the shared error the gateway reported (``DecisionConflictError``...)."""
+        """Decide a turn's waiting tool calls (``{call_id: True | False | "reason"}``,
+        ``arguments`` replacing an approved call's); raises the shared error the gateway
+        reported (``DecisionConflictError``...)."""
         body: dict[str, Any] = {"decisions": decisions, "notes": notes or {}}
+        if arguments:
+            body["arguments"] = arguments
         if by:
             body["by"] = by
         response = await self._http.post(

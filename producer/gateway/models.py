@@ -85,6 +85,9 @@ class DecisionsRequest(BaseModel):
     """``{call_id: true}`` approves, ``false`` denies, a string denies with that reason."""
     notes: dict[str, str] = Field(default_factory=dict)
     """An optional note per approved call."""
+    arguments: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """``{call_id: {...}}``: the arguments an approved call runs with instead of the
+    model's, checked against the tool's JSON Schema (422 ``invalid_edit`` otherwise)."""
     by: str | None = Field(None, min_length=1, max_length=200)
     """On whose behalf the caller decides. The recorded decider is the API key's
     name, with this after it (``ops for alice``); without keys (loopback) it is this,
@@ -102,6 +105,8 @@ class DecisionMade(BaseModel):
     """The approval's note, or why it was denied."""
     by: str
     """Who decided."""
+    arguments: dict[str, Any] | None = None
+    """The arguments the call runs with, when the decision changed them."""
 
 
 class DecisionsAccepted(BaseModel):

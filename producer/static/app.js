@@ -164,17 +164,35 @@ const VIEWS = {
       span.dataset.callId = call.call_id;
       span.append(document.createTextNode(call.tool + " "), code(JSON.stringify(call.arguments)), document.createTextNode(" "));
       const yes = el("button", "approve", "Approve"), no = el("button", "deny", "Deny");
-      yes.addEventListener("click", () => decide(ev.turn_id, call.call_id, true, span));
+      // Edit: the arguments in a box; approving then runs the call with what it holds.
+      const edit = el("button", "edit", "Edit"), box2 = el("textarea", "edit-args");
+      box2.value = JSON.stringify(call.arguments, null, 2);
+      box2.hidden = true;
+      edit.addEventListener("click", () => { box2.hidden = !box2.hidden; });
+      yes.addEventListener("click", () =>
+        decide(ev.turn_id, call.call_id, true, span, box2.hidden ? null : box2.value));
       no.addEventListener("click", () => decide(ev.turn_id, call.call_id, false, span));
-      span.append(yes, no);
+      span.append(yes, no, edit, box2);
       line(box, ev, "approval", view.tag, span);
     }
   },
+  progress(box, ev, view) {
+    // One row per call, updated as its progress comes (not a line per report).
+    const text = `${ev.tool}: ${ev.message}` + (ev.fraction === null || ev.fraction === undefined ? "" : ` (${Math.round(ev.fraction * 100)}%)`);
+    const row = box.querySelector(`.ev.progress[data-call-id="${CSS.escape(ev.call_id)}"]`);
+    if (row) {
+      row.dataset.eventId = ev.id;
+      row.lastChild.textContent = text;
+      return;
+    }
+    line(box, ev, "progress", view.tag, text).dataset.callId = ev.call_id;
+  },
   decision(box, ev) {
     const span = box.querySelector(`.approval[data-call-id="${CSS.escape(ev.call_id)}"]`);
-    if (span) span.querySelectorAll("button").forEach((b) => b.remove());
+    if (span) span.querySelectorAll("button, textarea").forEach((b) => b.remove());
     const verdict = ev.approved ? "approved" : "denied";
-    line(box, ev, "decided " + verdict, verdict, `${ev.call_id} by ${ev.by}` + (ev.reason ? `: ${ev.reason}` : ""));
+    const edited = ev.arguments ? ` with ${JSON.stringify(ev.arguments)}` : "";
+    line(box, ev, "decided " + verdict, verdict, `${ev.call_id} by ${ev.by}${edited}` + (ev.reason ? `: ${ev.reason}` : ""));
   },
   answer(box, ev, view) {
     setStatus(box, ev.status);
@@ -230,19 +248,29 @@ function subagent(box, ev) {
   tree.append(row);
 }
 
-// A decision on a waiting tool call (POST /v1/turns/{id}/decisions); a denial asks why.
-async function decide(turnId, callId, approved, span) {
+// A decision on a waiting tool call (POST /v1/turns/{id}/decisions); a denial asks why;
+// ``edited`` (the edit box's text) replaces an approved call's arguments.
+async function decide(turnId, callId, approved, span, edited = null) {
   let value = approved;
   if (!approved) {
     const reason = window.prompt("Why deny it? (the model reads this)", "");
     if (reason === null) return;
     value = reason || false;
   }
+  const body = { decisions: { [callId]: value }, by: "page" };
+  if (edited !== null) {
+    try {
+      body.arguments = { [callId]: JSON.parse(edited) };
+    } catch (err) {
+      notice(`the edited arguments are not JSON: ${err.message}`);
+      return;
+    }
+  }
   span.querySelectorAll("button").forEach((b) => { b.disabled = true; });
   const r = await fetch(`/v1/turns/${encodeURIComponent(turnId)}/decisions`, {
     method: "POST",
     headers: headers({ "Content-Type": "application/json" }),
-    body: JSON.stringify({ decisions: { [callId]: value }, by: "page" }),
+    body: JSON.stringify(body),
   });
   if (!r.ok) {
     const body = await r.json().catch(() => ({}));

@@ -10,6 +10,7 @@ const EVENT_VIEWS = {
   "model_fallback": {"kind": "hidden", "tag": "", "template": ""},
   "rate_limited": {"kind": "hidden", "tag": "", "template": ""},
   "action": {"kind": "call", "tag": "tool call", "template": ""},
+  "tool_progress": {"kind": "progress", "tag": "progress", "template": ""},
   "observation": {"kind": "result", "tag": "result", "template": ""},
   "tool_failed": {"kind": "text", "tag": "tool error", "template": "{tool}: {error}"},
   "file_change": {"kind": "file", "tag": "file", "template": ""},

@@ -36,6 +36,7 @@ import shlex
 import shutil
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -175,9 +176,16 @@ class Sandbox:
         return argv
 
     async def run(
-        self, ws: Workspace, command: list[str], *, stdin: bytes = b"", wall: float | None = None
+        self,
+        ws: Workspace,
+        command: list[str],
+        *,
+        stdin: bytes = b"",
+        wall: float | None = None,
+        on_output: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> CodeRun:
-        """Run ``command`` in ``ws`` (its files at ``/workspace``, the current directory)."""
+        """Run ``command`` in ``ws`` (its files at ``/workspace``, the current directory);
+        ``on_output`` sees its output as it comes (the run's progress)."""
         # A full workspace still runs code (to delete files), but nothing may grow a file.
         free = await asyncio.to_thread(ws.free_bytes)  # also creates the directory
         if self.host_uid is not None:
@@ -219,7 +227,7 @@ class Sandbox:
         limit: Limit | None = None  # the finally reads it when _supervise raises
         try:
             limit = await self._supervise(
-                proc, ws, stdin, wall, output := OutputTail(lim.output_bytes), cgroup
+                proc, ws, stdin, wall, output := OutputTail(lim.output_bytes), cgroup, on_output
             )
         finally:
             self._kill(proc)
@@ -270,11 +278,14 @@ class Sandbox:
         wall: float,
         output: OutputTail,
         cgroup: RunCgroup | None,
+        on_output: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> Limit | None:
         assert proc.stdin is not None and proc.stdout is not None
         over = asyncio.Event()
         full = asyncio.Event()
-        reader = asyncio.create_task(output.drain(proc.stdout, self.limits.max_output_bytes, over))
+        reader = asyncio.create_task(
+            output.drain(proc.stdout, self.limits.max_output_bytes, over, on_output)
+        )
         watchers = [asyncio.create_task(self._watch_quota(ws, full))]
         feeder = asyncio.create_task(self._feed(proc.stdin, stdin))
         waiter = asyncio.create_task(proc.wait())
@@ -347,6 +358,23 @@ class Sandbox:
 
 
 # --- the tools --------------------------------------------------------------------------
+
+
+PROGRESS_OUTPUT_CHARS = 4000
+"""The most of a run's new output one ``tool_progress`` event carries (its end)."""
+
+
+def _progress_of(ctx: ToolContext) -> Callable[[bytes], Awaitable[None]]:
+    """A run's output as the call's progress: its last line as the message, the new
+    output in ``data`` (reports that come faster than the events go out are
+    coalesced: the newest output wins; the result has all of it)."""
+
+    async def on_output(chunk: bytes) -> None:
+        text = chunk.decode("utf-8", "replace")
+        lines = text.rstrip().rsplit("\n", 1)
+        await ctx.progress(lines[-1], data={"output": text[-PROGRESS_OUTPUT_CHARS:]})
+
+    return on_output
 
 
 def _command(language: str, code: str) -> tuple[list[str], bytes]:
@@ -430,7 +458,9 @@ def sandbox_tools(
         """
         command, stdin = _command(language, code)
         ws = workspaces.for_session(ctx.session_id)
-        run = await sandbox.run(ws, command, stdin=stdin, wall=timeout_seconds)
+        run = await sandbox.run(
+            ws, command, stdin=stdin, wall=timeout_seconds, on_output=_progress_of(ctx)
+        )
         return run.render(lim)
 
     async def run_file(
@@ -449,7 +479,7 @@ def sandbox_tools(
         """
         ws = workspaces.for_session(ctx.session_id)
         command = await asyncio.to_thread(_file_command, ws, path, list(args or []))
-        run = await sandbox.run(ws, command, wall=timeout_seconds)
+        run = await sandbox.run(ws, command, wall=timeout_seconds, on_output=_progress_of(ctx))
         return f"$ {shlex.join(command)}  (in {where})\n" + run.render(lim)
 
     timeout = lim.wall_seconds + 30  # the sandbox's own limit strikes first, with a result

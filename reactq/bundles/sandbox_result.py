@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -128,8 +129,18 @@ class OutputTail:
         self.tail_size = 0
         self.total = 0
 
-    async def drain(self, stream: asyncio.StreamReader, ceiling: int, over: asyncio.Event) -> None:
+    async def drain(
+        self,
+        stream: asyncio.StreamReader,
+        ceiling: int,
+        over: asyncio.Event,
+        on_chunk: Callable[[bytes], Awaitable[None]] | None = None,
+    ) -> None:
+        """Read ``stream`` to its end (or past ``ceiling`` bytes: ``over`` is set),
+        keeping its head and tail; ``on_chunk`` sees each piece as it comes."""
         while chunk := await stream.read(1 << 16):
+            if on_chunk is not None:
+                await on_chunk(chunk)
             self.total += len(chunk)
             room = self.half - len(self.head)
             if room > 0:

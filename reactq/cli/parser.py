@@ -294,6 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("turn_id", help="the turn's id (t_...)")
         a.add_argument("call_id", help="the waiting call's id")
         a.add_argument(option, default=None, help=meaning)
+        if verb == "approve":
+            a.add_argument(
+                "--args",
+                default=None,
+                metavar="JSON",
+                help="run the call with these arguments (a JSON object the tool's schema "
+                "accepts) instead of the model's",
+            )
         a.add_argument("--json", action="store_true", help="the outcome as a JSON object")
 
     h = _command(

@@ -20,6 +20,7 @@ from reactq.producer.cli_state import database_missing, require_database, sessio
 from reactq.producer.client import Producer
 from reactq.producer.render import render
 from reactq.shared.content import ImagePart
+from reactq.shared.errors import InvalidEditError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.services import Service, probe_broker, unavailable
@@ -189,13 +190,28 @@ async def _undo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _edited(raw: str | None) -> dict[str, Any] | None:
+    """``--args``: the JSON object an approved call runs with."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidEditError(f"--args is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidEditError(f"--args must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 async def _decide(args: argparse.Namespace) -> int:
     """``reactq approve`` / ``reactq deny``: one decision on a waiting tool call."""
     approve = args.command == "approve"
     by = f"cli:{getpass.getuser()}"
     async with Producer.from_env() as producer:
         if approve:
-            outcome = await producer.approve(args.turn_id, args.call_id, args.note, by=by)
+            outcome = await producer.approve(
+                args.turn_id, args.call_id, args.note, arguments=_edited(args.args), by=by
+            )
         else:
             outcome = await producer.deny(args.turn_id, args.call_id, args.reason, by=by)
     verdict = "approved" if approve else "denied"
@@ -208,6 +224,9 @@ async def _decide(args: argparse.Namespace) -> int:
                     "decision": verdict,
                     "session_id": outcome.session_id,
                     "ready": outcome.ready,
+                    "arguments": next(
+                        (d.arguments for d in outcome.decided if d.call_id == args.call_id), None
+                    ),
                 }
             )
         )

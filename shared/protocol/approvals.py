@@ -15,7 +15,9 @@ The hash::
     calls      JSON [{"call_id", "tool", "arguments"}]
     expires    server ms when undecided calls count as denied
     requested  server ms it was parked
-    d:<call>   JSON {"approved", "reason", "by", "at"}: one call's decision
+    d:<call>   JSON {"approved", "reason", "by", "at"} (and "result", "failed" for a
+               result given in place of the call, "arguments" for an edited call, as
+               JSON text): one call's decision
 
 ``decide`` records decisions atomically (all or none; a call decided already is a
 ``DecisionConflictError``: of two racing deciders exactly one wins). Once every
@@ -96,6 +98,9 @@ class Decision:
     """The call's result, given in place of running it (a client tool's, say)."""
     failed: bool = False
     """True when ``result`` is the error the call failed with."""
+    arguments: dict[str, Any] | None = None
+    """The arguments an approval runs the call with, when the decider changed the
+    model's (checked against the tool's schema when it was decided)."""
 
 
 @dataclass(frozen=True)
@@ -167,16 +172,19 @@ class Approvals:
         decisions: dict[str, tuple[bool, str | None]],
         by: str,
         results: dict[str, tuple[str, bool]] | None = None,
+        edits: dict[str, dict[str, Any]] | None = None,
     ) -> DecideOutcome:
         """Record ``{call_id: (approved, reason)}`` for the parked turn, all or none;
         ``results`` (``{call_id: (text, failed)}``) gives calls' results in place of
-        running them.
+        running them; ``edits`` (``{call_id: arguments}``) the arguments an approved
+        call runs with instead of the model's.
 
         Raises ApprovalNotFoundError (no such turn or call), ApprovalClosedError (the
         turn waits for nothing) or DecisionConflictError (a call has a decision).
         """
         k = self.keys
         given = results or {}
+        edited = edits or {}
         wanted = [
             {"call_id": call_id, "approved": approved, "reason": reason}
             | (
@@ -184,6 +192,8 @@ class Approvals:
                 if call_id in given
                 else {}
             )
+            # As JSON text: Lua's cjson would turn an empty list into an object.
+            | ({"arguments": json.dumps(edited[call_id])} if call_id in edited else {})
             for call_id, (approved, reason) in decisions.items()
         ]
         reply = [
@@ -302,4 +312,5 @@ def _decision(call_id: str, raw: str) -> Decision:
         at=float(data.get("at") or 0) / 1000,
         result=result if isinstance(result, str) else None,
         failed=bool(data.get("failed")),
+        arguments=json.loads(edited) if isinstance(edited := data.get("arguments"), str) else None,
     )

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
 
@@ -77,6 +77,15 @@ async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await asyncio.sleep(seconds)
     return "done"
+
+
+@server.tool()
+async def count_up(to: int, ctx: Context) -> str:  # type: ignore[type-arg]
+    """Count to ``to``, reporting each step as progress (0.3 s apart)."""
+    for i in range(1, to + 1):
+        await ctx.report_progress(i, to, f"counted {i}")
+        await asyncio.sleep(0.3)
+    return f"counted to {to}"
 
 
 def serve_http(port: int, token: str | None) -> None:

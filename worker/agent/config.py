@@ -101,8 +101,7 @@ class LoopConfig:
     fallback_message: str = DEFAULT_FALLBACK_MESSAGE
     """The answer when the iteration cap is hit."""
     error_fallback_message: str = DEFAULT_ERROR_FALLBACK_MESSAGE
-    """The answer when the turn fails. Left as it is, a failure a retry cannot mend (the
-    model refused the key, a bad request) says so rather than "try again in a moment"."""
+    """The answer when the turn fails (left as it is: a fitting one, ``error_text``)."""
     budget_message: str = DEFAULT_BUDGET_MESSAGE
     """The answer when the token or cost budget is spent."""
     cancelled_message: str = DEFAULT_CANCELLED_MESSAGE

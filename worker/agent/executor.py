@@ -46,7 +46,7 @@ from reactq.worker.agent.results import (
     safe_text,
     tool_error_text,
 )
-from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext
+from reactq.worker.agent.tools import Registry, Tool, ToolArgumentsError, ToolContext, progress
 
 __all__ = ["REPEAT_NUDGE", "STORAGE_ERROR", "ToolExecutor"]
 
@@ -389,7 +389,14 @@ class ToolExecutor:
             await call_hook(hooks, "on_tool_end", info, output=text, ok=ok)
 
     async def _invoke(self, item: _Call, context: ToolContext) -> tuple[bool, str]:
-        """(True, result text) or (False, "code\\0error")."""
+        """(True, result text) or (False, "code\\0error"); ``ctx.progress`` reports on
+        this call while it runs."""
+        if context.emitter is None:
+            return await self._invoke_marked(item, context)
+        async with progress.running(context.emitter, item.call.id, item.call.name):
+            return await self._invoke_marked(item, context)
+
+    async def _invoke_marked(self, item: _Call, context: ToolContext) -> tuple[bool, str]:
         assert item.tool is not None  # only calls that passed _prepare run
         limit = item.tool.timeout if item.tool.timeout is not None else self.config.tool_timeout
         call = item.tool.call(item.args, context)

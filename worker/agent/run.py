@@ -59,6 +59,11 @@ CANNOT_WAIT = (
 
 DELEGATION_TOOLS = frozenset((DELEGATE, DELEGATE_PARALLEL))
 
+EDITED_NOTE = (
+    "(A person changed this call's arguments before approving it; it ran with {arguments}.)\n"
+)
+"""What the model reads before the result of a call whose approval edited its arguments."""
+
 TOOL_REMINDERS = 2
 """Reminders a model gets under ``require_tool_before_final`` before the run ends."""
 TOOL_REQUIRED_REMINDER = (
@@ -188,6 +193,9 @@ class Run(ModelCalls):
         # had side effects); an approved one never started: it waited for a person.
         context = dataclasses.replace(self.context, resumed=True) if resumed else self.context
         self._check_stop()
+        # An approval that edited a call's arguments: the call runs with the person's.
+        edited = self._edited_calls(calls)
+        calls = [edited.get(c.id, c) for c in calls]
         executor = self.loop.executor
         waiting: list[ToolCall] = []
         denied: dict[str, str] = {}
@@ -234,6 +242,8 @@ class Run(ModelCalls):
             announced=self._checkpoint if reply else None,
         )
         for call, output in zip(handled, ran, strict=True):
+            if call.id in edited:
+                output = EDITED_NOTE.format(arguments=call.arguments) + output
             self._add(
                 ChatMessage(
                     role="tool",
@@ -252,6 +262,19 @@ class Run(ModelCalls):
             raise AwaitingChildren(children)
         self.completed += 1
         await self._checkpoint()
+
+    def _edited_calls(self, calls: list[ToolCall]) -> dict[str, ToolCall]:
+        """The calls among ``calls`` an approval gave other arguments, as they run."""
+        out: dict[str, ToolCall] = {}
+        for call in calls:
+            decision = self.decisions.get(call.id) if self.decisions is not None else None
+            if decision is None or not decision.approved or decision.arguments is None:
+                continue
+            if decision.result is not None:
+                continue  # answered in its place: it does not run
+            text = json.dumps(decision.arguments, ensure_ascii=False)
+            out[call.id] = call.model_copy(update={"arguments": text})
+        return out
 
     def _needs_person(self, call: ToolCall, context: ToolContext) -> bool:
         if call.name in self.loop.client_tools:

@@ -62,6 +62,7 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     ConfigError,
     DecisionConflictError,
+    InvalidEditError,
     SessionBusyError,
     UnknownAgentError,
 )
@@ -178,25 +179,85 @@ class Started:
     after: str | None = None
 
 
-def _decisions(resume: Any, call_ids: list[str]) -> dict[str, bool | str]:
-    """A ``command.resume`` as reactq's decisions over the waiting calls; 422 for a
-    value that is none."""
-    if isinstance(resume, str) and resume.lower() in _APPROVE | _DENY:
-        resume = resume.lower() in _APPROVE
-    if isinstance(resume, bool):
-        return dict.fromkeys(call_ids, resume)
-    if (
-        isinstance(resume, dict)
-        and resume
-        and all(isinstance(v, bool | str) for v in resume.values())
-    ):
-        return {str(k): v for k, v in resume.items()}
-    raise GatewayError(
-        'command.resume must be true, false, "approve", "deny" or {call_id: true | false | reason}',
+_RESUME_FORMS = (
+    'command.resume must be true, false, "approve", "deny", {call_id: true | false | reason | '
+    '{"args": {...}}}, or {"decisions": [{"type": "approve" | "edit" | "reject", ...}]} '
+    "(one per action request, in order)"
+)
+
+Resumed = tuple[dict[str, bool | str], dict[str, dict[str, Any]]]
+"""A resume as reactq's decisions, and the edited arguments of the approvals among them."""
+
+
+def _invalid_resume(why: str = "") -> GatewayError:
+    return GatewayError(
+        f"{_RESUME_FORMS}{': ' + why if why else ''}",
         status=422,
         error_code="invalid_command",
         field="command.resume",
     )
+
+
+def _one(call_id: str, value: Any) -> tuple[bool | str, dict[str, Any] | None]:
+    """One call's decision: a bool, a reason (a denial), ``{"args": {...}}`` (approved
+    with these arguments), or a LangChain decision (``{"type": "approve" | "edit" |
+    "reject"}``, ``edited_action.args`` / ``message``)."""
+    if isinstance(value, bool | str):
+        return value, None
+    if not isinstance(value, dict):
+        raise _invalid_resume(f"the decision on {call_id!r} is {type(value).__name__}")
+    kind = value.get("type")
+    if kind is None and "args" in value:
+        kind = "edit"
+    if kind in ("approve", "accept"):
+        return True, None
+    if kind in ("reject", "ignore", "response"):
+        message = value.get("message", value.get("args"))
+        return (message if isinstance(message, str) and message else False), None
+    if kind == "edit":
+        given = value.get("args")
+        if "edited_action" in value:  # LangChain's {"edited_action": {"name", "args"}}
+            action = value["edited_action"]
+            args = action.get("args") if isinstance(action, dict) else None
+        elif isinstance(given, dict) and {"action", "args"} <= set(given):
+            args = given["args"]  # LangGraph's HumanResponse {"args": {"action", "args"}}
+        else:
+            args = given  # reactq's own {"args": {...}}
+        if not isinstance(args, dict):
+            raise _invalid_resume(f"the edit of {call_id!r} carries no arguments object")
+        return True, args
+    raise _invalid_resume(f"the decision on {call_id!r} has type {kind!r}")
+
+
+def _decisions(resume: Any, call_ids: list[str]) -> Resumed:
+    """A ``command.resume`` as reactq's decisions (and edited arguments) over the
+    waiting calls, in the interrupt's order; 422 for a value that is none."""
+    if isinstance(resume, str) and resume.lower() in _APPROVE | _DENY:
+        resume = resume.lower() in _APPROVE
+    if isinstance(resume, bool):
+        return dict.fromkeys(call_ids, resume), {}
+    pairs: list[tuple[str, Any]]
+    if isinstance(resume, dict) and isinstance(resume.get("decisions"), list):
+        listed = resume["decisions"]  # LangChain's HumanInTheLoopMiddleware
+    elif isinstance(resume, list):
+        listed = resume  # LangGraph's HumanResponse list
+    else:
+        listed = None
+    if listed is not None:
+        if len(listed) != len(call_ids):
+            raise _invalid_resume(f"{len(listed)} decisions for the {len(call_ids)} waiting calls")
+        pairs = list(zip(call_ids, listed, strict=True))
+    elif isinstance(resume, dict) and resume:
+        pairs = [(str(k), v) for k, v in resume.items()]
+    else:
+        raise _invalid_resume()
+    decisions: dict[str, bool | str] = {}
+    edits: dict[str, dict[str, Any]] = {}
+    for call_id, value in pairs:
+        decisions[call_id], edited = _one(call_id, value)
+        if edited is not None:
+            edits[call_id] = edited
+    return decisions, edits
 
 
 async def _resume(gateway: Gateway, thread_id: str, resume: Any) -> Started:
@@ -210,8 +271,15 @@ async def _resume(gateway: Gateway, thread_id: str, resume: Any) -> Started:
     calls = [w.call_id for w in waiting if w.turn_id == run_id]
     kept = await gateway.streamed_events(thread_id, run_id)
     asked = [e.id for e in kept if isinstance(e, ApprovalRequestedEvent) and e.id]
+    decisions, edits = _decisions(resume, calls)
     try:
-        await gateway.producer.decide(run_id, _decisions(resume, calls), by="agent-protocol")
+        await gateway.producer.decide(
+            run_id, decisions, by="agent-protocol", arguments=edits or None
+        )
+    except InvalidEditError as exc:
+        raise GatewayError(
+            exc.message, status=422, error_code=exc.code, field="command.resume"
+        ) from None
     except (ApprovalNotFoundError, ApprovalClosedError, DecisionConflictError) as exc:
         raise GatewayError(str(exc), status=409, error_code="not_interrupted") from None
     return Started(run_id, time.time(), asked[-1] if asked else None)

@@ -85,6 +85,7 @@ CUSTOM = frozenset(
         "rate_limited",
         "file_change",
         "todos",
+        "tool_progress",
         "usage",
         "compacted",
         "turns_left_out",

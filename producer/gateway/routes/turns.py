@@ -44,6 +44,7 @@ from reactq.shared.errors import (
     ApprovalNotFoundError,
     ConfigError,
     DecisionConflictError,
+    InvalidEditError,
 )
 from reactq.shared.events import Event, QueuedEvent
 from reactq.shared.file_undo import NothingToUndoError, UndoError, UndoReport
@@ -205,7 +206,15 @@ async def undo_turn(turn_id: TurnId, gateway: GatewayDep) -> UndoReport:
     dependencies=[touches(turn="path.turn_id")],
     response_model=DecisionsAccepted,
     summary="Approve or deny a turn's waiting tool calls",
-    responses={404: ERROR_RESPONSES[404], 409: ERROR_RESPONSES[409]},
+    responses={
+        404: ERROR_RESPONSES[404],
+        409: ERROR_RESPONSES[409],
+        422: {
+            "model": ErrorBody,
+            "description": "Edited arguments the tool's schema refuses (``invalid_edit``), "
+            "or a body that is not a decisions request",
+        },
+    },
 )
 async def decide_turn(
     turn_id: TurnId, body: DecisionsRequest, gateway: GatewayDep, caller: CallerDep
@@ -223,7 +232,12 @@ async def decide_turn(
     else:
         by = f"{caller} for {body.by}" if body.by else caller
     try:
-        outcome = await producer.decide(turn_id, body.decisions, notes=body.notes, by=by)
+        outcome = await producer.decide(
+            turn_id, body.decisions, notes=body.notes, by=by, arguments=body.arguments or None
+        )
+    except InvalidEditError as exc:
+        field = f"body.arguments.{exc.details.get('call_id', '')}"
+        raise GatewayError(exc.message, status=422, error_code=exc.code, field=field) from None
     except ApprovalNotFoundError as exc:
         raise GatewayError(exc.message, status=404, error_code=exc.code) from None
     except (ApprovalClosedError, DecisionConflictError) as exc:
@@ -232,7 +246,13 @@ async def decide_turn(
         turn_id=turn_id,
         session_id=outcome.session_id,
         decided=[
-            DecisionMade(call_id=d.call_id, approved=d.approved, reason=d.reason, by=d.by)
+            DecisionMade(
+                call_id=d.call_id,
+                approved=d.approved,
+                reason=d.reason,
+                by=d.by,
+                arguments=d.arguments,
+            )
             for d in outcome.decided
         ],
         ready=outcome.ready,

@@ -27,6 +27,7 @@ from reactq.worker.agent.mcp.transport import (
 
 if TYPE_CHECKING:
     from mcp import ClientSession
+    from mcp.shared.dispatcher import ProgressFnT
     from mcp_types import CallToolResult
     from mcp_types import Tool as MCPToolSpec
 
@@ -151,9 +152,16 @@ class MCPClient:
         )
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any], *, timeout: float | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressFnT | None = None,
     ) -> CallToolResult:
         """Call a tool; the result may carry ``is_error`` (the tool failed, the server is fine).
+        ``on_progress(progress, total, message)`` receives the server's progress
+        notifications for the call.
 
         Raises MCPError when the server cannot be reached or the call dies with
         the transport (the session is then reopened on the next call).
@@ -163,7 +171,9 @@ class MCPClient:
         return await self._guard(
             session,
             f"tools/call {name!r}",
-            session.call_tool(name, dict(arguments), read_timeout_seconds=limit),
+            session.call_tool(
+                name, dict(arguments), read_timeout_seconds=limit, progress_callback=on_progress
+            ),
         )
 
     async def aclose(self) -> None:

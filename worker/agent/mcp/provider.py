@@ -11,8 +11,10 @@ from reactq.shared.errors import MCPError, ToolError
 from reactq.worker.agent.mcp.client import MCPClient
 from reactq.worker.agent.mcp.content import ToolErrorScreen, result_text, screen_error
 from reactq.worker.agent.tools import Registry, Tool, ToolCategory, ToolContext
+from reactq.worker.agent.tools.progress import reporter
 
 if TYPE_CHECKING:
+    from mcp.shared.dispatcher import ProgressFnT
     from mcp_types import Tool as MCPToolSpec
 
 __all__ = ["MCPProvider", "MCPTool"]
@@ -74,13 +76,29 @@ class MCPTool(Tool):
         """Send ``tools/call``; an ``isError`` result or a transport failure raises ToolError."""
         client = self.provider.client
         try:
-            result = await client.call_tool(self.remote_name, args, timeout=self.timeout)
+            result = await client.call_tool(
+                self.remote_name, args, timeout=self.timeout, on_progress=_forwarder()
+            )
         except MCPError as exc:
             raise ToolError(exc.message, tool=self.name, server=client.name) from None
         if result.is_error:
             text = await screen_error(self.provider.on_tool_error, self.remote_name, result)
             raise ToolError(text, tool=self.name, server=client.name)
         return result_text(result)
+
+
+def _forwarder() -> ProgressFnT | None:
+    """The running call's ``tool_progress`` for the server's progress notifications
+    (the SDK calls it from its session's reader task: bound to the call here)."""
+    send = reporter()
+    if send is None:
+        return None
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        fraction = progress / total if total else None
+        await send(message or "", fraction, {"progress": progress, "total": total})
+
+    return forward
 
 
 class MCPProvider:

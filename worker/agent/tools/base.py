@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from reactq.shared.catalogue import ToolCategory, ToolInfo, ToolSource
 from reactq.shared.errors import ToolError
 from reactq.shared.tenancy import TenantIdentity
+from reactq.worker.agent.tools.progress import report
 
 if TYPE_CHECKING:
     from reactq.shared.bus import TurnEmitter
@@ -70,6 +71,18 @@ class ToolContext:
     The memory tools keep to its namespaces; a tool of its own that opens the
     long-term store does so through ``TenantDocuments(store, ctx.tenant)``
     (``shared/state/document_store.py``)."""
+
+    async def progress(
+        self,
+        message: str = "",
+        fraction: float | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Say how far the call got: a ``tool_progress`` event on the turn's stream
+        (``fraction`` from 0 to 1 when the tool knows; ``data`` anything JSON-able).
+        At most one every 0.25 s per call, the newest kept when they come faster;
+        nothing outside a run. It never fails the tool."""
+        await report(message, fraction, data)
 
 
 PromptSection: TypeAlias = Callable[[ToolContext], Awaitable[str | None]]
