@@ -342,6 +342,7 @@ def _fill(path: str, world: World, *, acme: bool = False) -> str:
         schedule_id=world.acme_schedule if acme else world.globex_schedule,
         name="e2e",
         response_id=f"resp_{world.acme_turn}",
+        call_id="call_1",
     )
 
 

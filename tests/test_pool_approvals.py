@@ -406,6 +406,22 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
             assert ok.status_code == 200, ok.text
             assert ok.json()["decided"][0]["arguments"] == args4
             assert (await fourth.result(timeout=30)).text.endswith("paid 11")
+            # A result in place of the call, over HTTP: the tool never runs.
+            s6 = sid()
+            sixth = await p.submit(s6, f"pay path={effects}.http6", agent="durable")
+            (call6,) = (await parked(p, s6, sixth.turn_id)).calls
+            given = http.post(
+                f"/v1/turns/{sixth.turn_id}/calls/{call6['call_id']}/result",
+                json={"result": {"refund": "by hand"}, "by": "desk"},
+            )
+            assert given.status_code == 200, given.text
+            assert given.json()["decided"][0]["by"] == "ops for desk"
+            assert (await sixth.result(timeout=30)).text == 'result: {"refund": "by hand"}'
+            assert lines(Path(f"{effects}.http6")) == []
+            twice = http.post(
+                f"/v1/turns/{sixth.turn_id}/calls/{call6['call_id']}/result", json={"result": 1}
+            )
+            assert twice.status_code == 409, twice.text
     except httpx2.HTTPError:
         print(gateway.logs())
         raise
@@ -437,6 +453,16 @@ async def test_http_and_cli_decisions(make_pool, producers, tmp_path: Path) -> N
     assert json.loads(ok.stdout)["arguments"] == json.loads(args5)
     assert (await fifth.result(timeout=30)).text.endswith("paid 3")
     assert lines(Path(f"{effects}.cli5")) == ["pay 3 attempt=2 resumed=False"]
+
+    # reactq complete: the call's result from a shell.
+    s7 = sid()
+    seventh = await p.submit(s7, f"pay path={effects}.cli7", agent="durable")
+    (call7,) = (await parked(p, s7, seventh.turn_id)).calls
+    done = run_cli(env, "complete", seventh.turn_id, call7["call_id"], "paid at the desk")
+    assert done.returncode == 0, done.stderr
+    assert "given a result; the turn resumes" in done.stdout
+    assert (await seventh.result(timeout=30)).text == "result: paid at the desk"
+    assert lines(Path(f"{effects}.cli7")) == []
 
 
 async def test_rollback_and_interrupt_end_a_waiting_turn(

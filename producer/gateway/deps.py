@@ -101,6 +101,11 @@ SessionId = Annotated[
 """A ``{session_id}`` path parameter."""
 TurnId = Annotated[str, PathParam(pattern=TURN_ID_PATTERN, description="The turn's id")]
 """A ``{turn_id}`` path parameter."""
+CallId = Annotated[
+    str,
+    PathParam(pattern=r"^[A-Za-z0-9_.:-]{1,128}$", description="A tool call's id (as the model's)"),
+]
+"""A ``{call_id}`` path parameter: a tool call's id."""
 AgentName = Annotated[str, PathParam(pattern=AGENT_PATTERN, description="The agent's name")]
 """An agent's ``{name}`` path parameter."""
 ScheduleId = Annotated[

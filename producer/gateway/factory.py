@@ -15,7 +15,8 @@ any of them can stream any session.
     GET  /v1/turns/{turn_id}/events          its events: the stream's, else the audit log's
     POST /v1/turns/{turn_id}/cancel          ask the pool to cancel it  202 404 409
     POST /v1/turns/{turn_id}/undo            revert its file changes  200 404 409
-    POST /v1/turns/{turn_id}/decisions       approve or deny waiting tool calls  200 404 409
+    POST /v1/turns/{turn_id}/decisions       approve or deny waiting tool calls  200 404 409 422
+    POST /v1/turns/{turn_id}/calls/{call_id}/result   a waiting call's result  200 404 409
     GET|PATCH|DELETE /v1/sessions[/{session_id}[/turns|/branches|/active_branch|/truncate]]
                                              sessions, their turns and branches
     GET|PUT|DELETE /v1/store/{namespace}[/{key}]   the long-term store

@@ -76,6 +76,19 @@ class TurnAccepted(BaseModel):
     one starts (a worker beats every ``REACTQ_HEARTBEAT_SECONDS``)."""
 
 
+class CallResult(BaseModel):
+    """A waiting call's result, given in place of running it."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    result: Any = None
+    """The observation: text, or JSON data the model reads as JSON."""
+    error: str | None = Field(None, min_length=1, max_length=16_000)
+    """Instead of ``result``: the error the call failed with (a tool error)."""
+    by: str | None = Field(None, min_length=1, max_length=200)
+    """On whose behalf (kept after the API key's name, as for decisions)."""
+
+
 class DecisionsRequest(BaseModel):
     """Decisions on a turn's waiting tool calls, all recorded or none."""
 

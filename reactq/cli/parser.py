@@ -304,6 +304,22 @@ def build_parser() -> argparse.ArgumentParser:
             )
         a.add_argument("--json", action="store_true", help="the outcome as a JSON object")
 
+    c = _command(
+        sub,
+        "complete",
+        "give a waiting call's result, in place of running it",
+        "Answers a call the turn waits for (a client tool's, or one waiting for approval): "
+        "the model reads RESULT (text, or JSON) as the call's result, or --error as the "
+        "error it failed with; the tool does not run. The turn resumes once every call it "
+        "waits for has a decision or a result.",
+        handlers=TURNS,
+    )
+    c.add_argument("turn_id", help="the turn's id (t_...)")
+    c.add_argument("call_id", help="the waiting call's id")
+    c.add_argument("result", nargs="?", default=None, help="the result (JSON is sent as JSON)")
+    c.add_argument("--error", default=None, help="the error the call failed with, instead")
+    c.add_argument("--json", action="store_true", help="the outcome as a JSON object")
+
     h = _command(
         sub,
         "history",

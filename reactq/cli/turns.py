@@ -20,7 +20,7 @@ from reactq.producer.cli_state import database_missing, require_database, sessio
 from reactq.producer.client import Producer
 from reactq.producer.render import render
 from reactq.shared.content import ImagePart
-from reactq.shared.errors import InvalidEditError
+from reactq.shared.errors import ConfigError, InvalidEditError
 from reactq.shared.events import Event, FinalEvent
 from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.services import Service, probe_broker, unavailable
@@ -236,6 +236,31 @@ async def _decide(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _complete(args: argparse.Namespace) -> int:
+    """``reactq complete``: a waiting call's result, in place of running it."""
+    if (args.result is None) == (args.error is None):
+        raise ConfigError("give the call's RESULT, or --error with the error it failed with")
+    result: Any = args.result
+    if result is not None:
+        try:
+            result = json.loads(result)
+        except ValueError:
+            pass  # plain text: the model reads it as it is
+    by = f"cli:{getpass.getuser()}"
+    async with Producer.from_env() as producer:
+        outcome = await producer.complete_tool(
+            args.turn_id, args.call_id, result, error=args.error, by=by
+        )
+    if args.json:
+        print(json.dumps({"turn_id": args.turn_id, "call_id": args.call_id,
+                          "session_id": outcome.session_id, "ready": outcome.ready}))  # fmt: skip
+    else:
+        then = "the turn resumes" if outcome.ready else "other calls still wait"
+        given = "an error" if args.error is not None else "a result"
+        print(f"{args.turn_id} {args.call_id}: given {given}; {then}")
+    return 0
+
+
 async def _history(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     require_database(settings, args.session)
@@ -267,5 +292,6 @@ HANDLERS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = 
     "undo": _undo,
     "approve": _decide,
     "deny": _decide,
+    "complete": _complete,
 }
 """Subcommand -> its coroutine."""

@@ -21,7 +21,14 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from reactq.producer.gateway.deps import CallerDep, GatewayDep, ScopeDep, SessionId, TurnId
+from reactq.producer.gateway.deps import (
+    CallerDep,
+    CallId,
+    GatewayDep,
+    ScopeDep,
+    SessionId,
+    TurnId,
+)
 from reactq.producer.gateway.errors import (
     ERROR_RESPONSES,
     SUBMIT_REFUSALS,
@@ -29,6 +36,7 @@ from reactq.producer.gateway.errors import (
     state_store_errors,
 )
 from reactq.producer.gateway.models import (
+    CallResult,
     CancelAccepted,
     DecisionMade,
     DecisionsAccepted,
@@ -48,6 +56,7 @@ from reactq.shared.errors import (
 )
 from reactq.shared.events import Event, QueuedEvent
 from reactq.shared.file_undo import NothingToUndoError, UndoError, UndoReport
+from reactq.shared.protocol.approvals import DecideOutcome
 from reactq.shared.protocol.outcomes import CancelOutcome
 from reactq.shared.turns import TurnStatus
 
@@ -227,10 +236,7 @@ async def decide_turn(
     caller says about itself, so it is kept after the key's name (``ops for alice``),
     never instead of it."""
     producer = gateway.producer
-    if caller is None:
-        by = body.by or "gateway"
-    else:
-        by = f"{caller} for {body.by}" if body.by else caller
+    by = _decider(caller, body.by)
     try:
         outcome = await producer.decide(
             turn_id, body.decisions, notes=body.notes, by=by, arguments=body.arguments or None
@@ -242,6 +248,47 @@ async def decide_turn(
         raise GatewayError(exc.message, status=404, error_code=exc.code) from None
     except (ApprovalClosedError, DecisionConflictError) as exc:
         raise GatewayError(exc.message, status=409, error_code=exc.code) from None
+    return _accepted(turn_id, outcome)
+
+
+@router.post(
+    "/turns/{turn_id}/calls/{call_id}/result",
+    # The call is looked up under the turn, which the key must reach.
+    dependencies=[touches(turn="path.turn_id", inner=("call_id",))],
+    response_model=DecisionsAccepted,
+    summary="Give a waiting call's result, in place of running it",
+    responses={404: ERROR_RESPONSES[404], 409: ERROR_RESPONSES[409]},
+)
+async def complete_call(
+    turn_id: TurnId,
+    call_id: CallId,
+    body: CallResult,
+    gateway: GatewayDep,
+    caller: CallerDep,
+) -> DecisionsAccepted:
+    """Answer a call the turn waits for (a client tool's, or one waiting for approval)
+    with ``result`` (or ``error``) as its observation; the tool does not run. 404: no
+    such turn or waiting call; 409: the call was decided already or the turn waits for
+    nothing. The decider recorded is the key's name, as for decisions."""
+    try:
+        outcome = await gateway.producer.complete_tool(
+            turn_id, call_id, body.result, error=body.error, by=_decider(caller, body.by)
+        )
+    except ApprovalNotFoundError as exc:
+        raise GatewayError(exc.message, status=404, error_code=exc.code) from None
+    except (ApprovalClosedError, DecisionConflictError) as exc:
+        raise GatewayError(exc.message, status=409, error_code=exc.code) from None
+    return _accepted(turn_id, outcome)
+
+
+def _decider(caller: str | None, claimed: str | None) -> str:
+    """Who a decision is recorded as: the API key's name, the body's ``by`` after it."""
+    if caller is None:
+        return claimed or "gateway"
+    return f"{caller} for {claimed}" if claimed else caller
+
+
+def _accepted(turn_id: str, outcome: DecideOutcome) -> DecisionsAccepted:
     return DecisionsAccepted(
         turn_id=turn_id,
         session_id=outcome.session_id,
