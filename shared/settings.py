@@ -531,8 +531,13 @@ def _with_dotenv(
     """``environ`` with ``./.env``'s variables under it, and what the file added; or
     ``environ`` alone when REACTQ_DOTENV is false or there is no file."""
     flag = environ.get("REACTQ_DOTENV", "").strip().lower()
-    path = Path.cwd() / ".env"
-    if flag in ("0", "false", "no", "off") or not path.is_file():
+    if flag in ("0", "false", "no", "off"):
+        return environ, None
+    try:
+        path = Path.cwd() / ".env"
+        if not path.is_file():
+            return environ, None
+    except OSError:  # a working directory that was removed has no .env
         return environ, None
     from dotenv import dotenv_values  # only when there is a file to read
 

@@ -202,6 +202,21 @@ def test_send_watch_live_and_resume_after_drops(driver: Any, env: dict[str, str]
         row = generic.get_attribute("textContent") or ""
         assert "new_fangled" in row and '{"answer":42}' in row, row
 
+        # A tool's progress: one row per call, updated in place as reports come.
+        for n, (message, fraction) in enumerate((("started", 0.1), ("halfway", 0.5)), 1):
+            driver.execute_script(
+                "render({type: 'tool_progress', id: 'p-' + arguments[1], session_id: arguments[0],"
+                " turn_id: 't_p', seq: arguments[1], tool: 'index', call_id: 'c9',"
+                " message: arguments[2], fraction: arguments[3], data: null})",
+                session,
+                n,
+                message,
+                fraction,
+            )
+        rows = driver.find_elements(By.CSS_SELECTOR, ".ev.progress[data-call-id='c9']")
+        assert len(rows) == 1, [r.text for r in rows]
+        assert "index: halfway (50%)" in (rows[0].get_attribute("textContent") or "")
+
         ARTIFACTS.mkdir(exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "gateway-page.png"))
     finally:
