@@ -46,10 +46,6 @@ def _decisions(
     return out
 
 
-def _note(call_id: str, note: str | None) -> dict[str, str] | None:
-    return {call_id: note} if note is not None else None
-
-
 class ApprovalsMixin(ProducerBase):
     """The ``Producer``'s approval methods."""
 
@@ -65,8 +61,8 @@ class ApprovalsMixin(ProducerBase):
         """Approve a waiting tool call: it runs when the turn resumes, with
         ``arguments`` in place of the model's when given. See ``decide``."""
         edits = {call_id: arguments} if arguments is not None else None
-        return await self.decide(turn_id, {call_id: True}, notes=_note(call_id, note), by=by,
-                                 arguments=edits)  # fmt: skip
+        notes = {call_id: note} if note is not None else None
+        return await self.decide(turn_id, {call_id: True}, notes=notes, by=by, arguments=edits)
 
     async def deny(
         self, turn_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
@@ -99,9 +95,7 @@ class ApprovalsMixin(ProducerBase):
         not a JSON object, or refused by the tool's JSON Schema; nothing recorded).
         """
         check_text({"decisions": decisions, "notes": notes, "by": by, "arguments": arguments}, "")
-        chosen = _decisions(decisions, notes)
-        edits = await self._check_edits(turn_id, chosen, arguments) if arguments else None
-        return await self._decide(turn_id, chosen, by, edits=edits)
+        return await self._decide(turn_id, _decisions(decisions, notes), by, arguments=arguments)
 
     async def complete_tool(
         self,
@@ -132,6 +126,7 @@ class ApprovalsMixin(ProducerBase):
 
     async def _check_edits(
         self,
+        session_id: str,
         turn_id: str,
         decisions: Mapping[str, tuple[bool, str | None]],
         arguments: Mapping[str, Mapping[str, Any]],
@@ -143,9 +138,6 @@ class ApprovalsMixin(ProducerBase):
         from jsonschema.exceptions import best_match
         from jsonschema.validators import validator_for
 
-        session_id = await self.queue.session_of(turn_id)
-        if session_id is None:
-            raise ApprovalNotFoundError(f"turn {turn_id} is unknown", turn_id=turn_id)
         waiting = {c.call_id: c for c in await self.approvals.waiting(session_id)}
         agent = await self.queue.session_agent(session_id)
         catalogue = await self.registry.catalogue(agent) if agent else None
@@ -164,7 +156,7 @@ class ApprovalsMixin(ProducerBase):
                     call_id=call_id,
                 )
             call = waiting.get(call_id)
-            if call is None or waiting[call_id].turn_id != turn_id:
+            if call is None or call.turn_id != turn_id:
                 raise ApprovalNotFoundError(
                     f"turn {turn_id} has no call {call_id!r} waiting for a decision",
                     turn_id=turn_id,
@@ -192,11 +184,16 @@ class ApprovalsMixin(ProducerBase):
         decisions: dict[str, tuple[bool, str | None]],
         by: str | None,
         results: dict[str, tuple[str, bool]] | None = None,
-        edits: dict[str, dict[str, Any]] | None = None,
+        arguments: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> DecideOutcome:
         session_id = await self.queue.session_of(turn_id)
         if session_id is None:
             raise ApprovalNotFoundError(f"turn {turn_id} is unknown", turn_id=turn_id)
+        edits = (
+            await self._check_edits(session_id, turn_id, decisions, arguments)
+            if arguments
+            else None
+        )
         decider = by or "producer"
         outcome = await self.approvals.decide(
             session_id, turn_id, decisions, decider, results, edits

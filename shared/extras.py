@@ -14,19 +14,23 @@ from reactq.shared.errors import ConfigError
 
 __all__ = ["EXTRA_OF_MODULE", "missing_extra"]
 
+_EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "gateway": (
+        ("fastapi", "uvicorn", "starlette", "httpx2", "ag_ui"),
+        "the gateway (reactq serve, --gateway)",
+    ),
+    "postgres": (("asyncpg",), "a PostgreSQL state database (postgresql+asyncpg://)"),
+    "a2a": (("a2a",), "the gateway's A2A surface"),
+    "mcp": (("mcp",), "MCP servers' tools"),
+    "flower": (("flower",), "reactq flower"),
+    "metrics": (("prometheus_client",), "Prometheus metrics"),
+    "otel": (("opentelemetry",), "OpenTelemetry traces (REACTQ_TRACING)"),
+    "images": (("PIL",), "the image tools"),
+}
+# Extra -> (the top-level modules it brings, what needs it).
+
 EXTRA_OF_MODULE: dict[str, tuple[str, str]] = {
-    "fastapi": ("gateway", "the gateway (reactq serve, --gateway)"),
-    "uvicorn": ("gateway", "the gateway (reactq serve, --gateway)"),
-    "starlette": ("gateway", "the gateway (reactq serve, --gateway)"),
-    "httpx2": ("gateway", "the gateway (reactq serve, --gateway)"),
-    "ag_ui": ("gateway", "the gateway (reactq serve, --gateway)"),
-    "asyncpg": ("postgres", "a PostgreSQL state database (postgresql+asyncpg://)"),
-    "a2a": ("a2a", "the gateway's A2A surface"),
-    "mcp": ("mcp", "MCP servers' tools"),
-    "flower": ("flower", "reactq flower"),
-    "prometheus_client": ("metrics", "Prometheus metrics"),
-    "opentelemetry": ("otel", "OpenTelemetry traces (REACTQ_TRACING)"),
-    "PIL": ("images", "the image tools"),
+    module: (extra, purpose) for extra, (modules, purpose) in _EXTRAS.items() for module in modules
 }
 """Top-level module -> (the extra that brings it, what needs it)."""
 

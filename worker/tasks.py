@@ -106,6 +106,12 @@ async def _traced(work: Coroutine[Any, Any, T], span: Any, ctx: Any, context: An
         context.detach(token)
 
 
+def worker_name(pid: int) -> str:
+    """The name a worker process of ``pid`` on this host runs under (``reactq-PID@HOST``):
+    its ``started`` events and its registry entry carry it."""
+    return f"reactq-{pid}@{socket.gethostname()}"
+
+
 def run_worker(
     settings: Settings,
     agents: dict[str, Agent],
@@ -118,7 +124,7 @@ def run_worker(
     global _bridge
     concurrency = concurrency or settings.concurrency
     settings = settings.model_copy(update={"concurrency": concurrency})
-    name = hostname or f"reactq-{os.getpid()}@{socket.gethostname()}"
+    name = hostname or worker_name(os.getpid())
     keys = Keys.for_settings(settings)
     app = celery_app(settings, consumer=True)
     # Remote control and events per namespace: `reactq flower` shows this pool alone.

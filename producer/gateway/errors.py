@@ -248,12 +248,17 @@ _UNAVAILABLE = {
 URL (the log has the whole error)."""
 
 
+def unavailable_message(exc: ServiceUnavailableError) -> str:
+    """What a caller is told of ``exc``: which service does not answer, never its URL."""
+    return _UNAVAILABLE.get(str(exc.details.get("service")), "a service does not answer; retry")
+
+
 async def _reactq_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ReactqError)
     if isinstance(exc, ServiceUnavailableError):
         logger.warning("service unavailable: %s", exc.message)
-        message = _UNAVAILABLE.get(str(exc.details.get("service")), "a service does not answer")
-        return _json(503, ErrorBody(code="unavailable", message=message), request=request)
+        body = ErrorBody(code="unavailable", message=unavailable_message(exc))
+        return _json(503, body, request=request)
     for cls, status, field in _TURN_ERRORS:
         if isinstance(exc, cls):
             if isinstance(exc, InvalidTextError) and exc.details.get("field"):
@@ -276,7 +281,7 @@ async def _not_implemented(request: Request, exc: Exception) -> JSONResponse:
 
 async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     logger.warning("Redis unavailable: %s", exc)
-    body = ErrorBody(code="unavailable", message="Redis does not answer; retry")
+    body = ErrorBody(code="unavailable", message=_UNAVAILABLE["redis"])
     return _json(503, body, request=request)
 
 
@@ -302,20 +307,12 @@ def state_store_errors() -> Iterator[None]:
         if exc.details.get("service") != "database":
             raise
         logger.warning("state store unavailable: %s", exc.message)
-        raise GatewayError(
-            "the state store (REACTQ_DATABASE_URL) does not answer; retry",
-            status=503,
-            error_code="unavailable",
-        ) from exc
+        raise GatewayError(_UNAVAILABLE["database"], status=503, error_code="unavailable") from exc
     except STORE_DOWN as exc:
         # The class only, no traceback: an outage, not a bug (and a message may carry
         # the database URL).
         logger.warning("state store unavailable: %s", type(exc).__name__)
-        raise GatewayError(
-            "the state store (REACTQ_DATABASE_URL) does not answer; retry",
-            status=503,
-            error_code="unavailable",
-        ) from exc
+        raise GatewayError(_UNAVAILABLE["database"], status=503, error_code="unavailable") from exc
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

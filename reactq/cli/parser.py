@@ -122,6 +122,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _waiting_call(command: argparse.ArgumentParser) -> None:
+    """The arguments naming a call a turn waits for (approve, deny, complete)."""
+    command.add_argument("turn_id", help="the turn's id (t_...)")
+    command.add_argument("call_id", help="the waiting call's id")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -291,8 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
             "approval_requested event (reactq watch) and in GET /v1/turns/{turn_id}.",
             handlers=TURNS,
         )
-        a.add_argument("turn_id", help="the turn's id (t_...)")
-        a.add_argument("call_id", help="the waiting call's id")
+        _waiting_call(a)
         a.add_argument(option, default=None, help=meaning)
         if verb == "approve":
             a.add_argument(
@@ -314,8 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
         "waits for has a decision or a result.",
         handlers=TURNS,
     )
-    c.add_argument("turn_id", help="the turn's id (t_...)")
-    c.add_argument("call_id", help="the waiting call's id")
+    _waiting_call(c)
     c.add_argument("result", nargs="?", default=None, help="the result (JSON is sent as JSON)")
     c.add_argument("--error", default=None, help="the error the call failed with, instead")
     c.add_argument("--json", action="store_true", help="the outcome as a JSON object")

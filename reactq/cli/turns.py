@@ -252,8 +252,8 @@ async def _complete(args: argparse.Namespace) -> int:
             args.turn_id, args.call_id, result, error=args.error, by=by
         )
     if args.json:
-        print(json.dumps({"turn_id": args.turn_id, "call_id": args.call_id,
-                          "session_id": outcome.session_id, "ready": outcome.ready}))  # fmt: skip
+        keys = {"turn_id": args.turn_id, "call_id": args.call_id}
+        print(json.dumps({**keys, "session_id": outcome.session_id, "ready": outcome.ready}))
     else:
         then = "the turn resumes" if outcome.ready else "other calls still wait"
         given = "an error" if args.error is not None else "a result"

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from reactq.shared.settings import Settings
 from reactq.worker.cli import model_endpoint
 from reactq.worker.definitions import Agent, load_agents
 from reactq.worker.local import run_local_turn
+from reactq.worker.tasks import worker_name
 
 CITIES = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Sydney", "Toronto", "Nairobi"]
 DEMO_AGENT = "reactq.demo.weather:agent"
@@ -111,8 +111,6 @@ class _Pool:
     procs: dict[str, subprocess.Popen[bytes]]
     """Worker name (``reactq-<pid>@<host>``) -> its process."""
     kill: bool
-    ran: Counter[str] = field(default_factory=Counter)
-    """Worker name -> turns (attempts) it started."""
     attempts: dict[str, list[str]] = field(default_factory=dict)
     """Turn id -> the workers that started it, in order."""
     killed: str | None = None
@@ -125,7 +123,6 @@ class _Pool:
 
     def started(self, turn_id: str, worker: str) -> None:
         """A turn began (or began again) on ``worker``."""
-        self.ran[worker] += 1
         self.attempts.setdefault(turn_id, []).append(worker)
 
     def mid_tool(self, turn_id: str, worker: str) -> None:
@@ -180,7 +177,7 @@ async def _pool_demo(settings: Settings, sessions: int, kill: bool) -> int:
         )
         for i in range(WORKERS)
     ]
-    pool = _Pool({f"reactq-{p.pid}@{socket.gethostname()}": p for p in procs}, kill)
+    pool = _Pool({worker_name(p.pid): p for p in procs}, kill)
     producer = Producer(demo)
     ok = False
     try:
@@ -245,7 +242,8 @@ async def _run_plan(producer: Producer, pool: _Pool, plan: list[tuple[str, str]]
         f"{'yes' if order_ok else 'NO'}; submit->final p50 "
         f"{statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
     )
-    ran = ", ".join(f"{pool.label(w)} {pool.ran[w]}" for w in pool.procs)
+    started_on = Counter(w for workers in pool.attempts.values() for w in workers)
+    ran = ", ".join(f"{pool.label(w)} {started_on[w]}" for w in pool.procs)
     print(f"turns started per worker: {ran}")
     if pool.killed is not None and pool.killed_turn is not None:
         taken = [t for t, ws in pool.attempts.items() if pool.killed in ws]

@@ -120,17 +120,10 @@ class WorkerRegistry:
         ``REACTQ_HEARTBEAT_SECONDS``; a stopped worker removes its entry, a killed one
         stops beating. The timestamps are the workers' clocks: a skew between machines
         above the interval would make a live pool look gone, never the reverse."""
-        now = time.time()
-        count = 0
-        for raw in (await self.redis.hgetall(self.keys.workers)).values():
-            try:
-                stamp = json.loads(raw)
-                seen = float(stamp.get("ts", 0))
-                hosts = agent in stamp.get("agents", [])
-            except (ValueError, TypeError, AttributeError):
-                continue  # an entry this version does not understand: not a sign of life
-            count += hosts and now - seen <= live_within
-        return count
+        workers = await self.redis.hgetall(self.keys.workers)
+        # Any definition counts: a worker from before versions were announced too.
+        live = _live_definitions(workers.values(), time.time() - live_within, {})
+        return sum(len(hosted.workers) for hosted in live.get(agent, {}).values())
 
     async def agents(self, live_within: float) -> list[AgentInfo]:
         """Every agent a worker announced, by name: one entry for each definition (config

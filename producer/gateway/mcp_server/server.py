@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from redis.exceptions import RedisError
 from starlette.requests import Request
 
+from reactq.producer.gateway.errors import unavailable_message
 from reactq.producer.gateway.mcp_server.calls import run_call, tool_error
 from reactq.producer.gateway.mcp_server.tools import (
     INPUT_SCHEMA,
@@ -76,9 +77,7 @@ def _failure(exc: Exception) -> str:
     if isinstance(exc, RedisError | OSError):
         return f"the pool's Redis does not answer ({type(exc).__name__})"
     if isinstance(exc, ServiceUnavailableError):
-        service = str(exc.details.get("service"))
-        label = {"redis": "Redis", "broker": "broker", "database": "state store"}.get(service)
-        return f"the pool's {label or 'services'} does not answer ({type(exc).__name__})"
+        return f"the pool's {unavailable_message(exc)}"
     return f"the gateway could not serve the call ({type(exc).__name__})"
 
 

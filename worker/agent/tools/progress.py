@@ -3,9 +3,8 @@
 The executor marks the call a tool runs for (``running``, a context variable: calls
 of one step that run at once each see their own); ``report`` publishes an event for
 it at most every ``PROGRESS_INTERVAL`` seconds. A report that comes sooner replaces
-the one waiting, which goes out when the interval is up; what still waits when the
-call ends is dropped (its result says more). Outside a call (a tool called directly,
-a test) a report does nothing.
+the one waiting, which goes out when the interval is up, or when the call ends (before
+its result). Outside a call (a tool called directly, a test) a report does nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -82,11 +82,8 @@ _CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
 
 
 @contextlib.asynccontextmanager
-async def running(emitter: TurnEmitter | None, call_id: str, tool: str) -> AsyncIterator[None]:
-    """Mark the call the block runs a tool for (no emitter: reports do nothing)."""
-    if emitter is None:
-        yield
-        return
+async def running(emitter: TurnEmitter, call_id: str, tool: str) -> AsyncIterator[None]:
+    """Mark the call the block runs a tool for, its reports published by ``emitter``."""
     call = _Call(emitter, call_id, tool)
     token = _CURRENT.set(call)
     try:
@@ -108,15 +105,7 @@ async def report(
 def reporter() -> Reporter | None:
     """``report`` for the call running now, usable from any task; None outside a call."""
     call = _CURRENT.get()
-    if call is None:
-        return None
-
-    async def bound(
-        message: str, fraction: float | None = None, data: Mapping[str, Any] | None = None
-    ) -> None:
-        await _report(call, message, fraction, data)
-
-    return bound
+    return None if call is None else functools.partial(_report, call)
 
 
 async def _report(
